@@ -156,3 +156,12 @@ def test_import_without_triton_or_cutlass():
             "print(oscar_kernels.CacheSpec)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_get_batch_indices_positions():
+    append_indptr = i32([0, 3, 3, 5])
+    seq_lens = i32([10, 4, 2])
+    b, p = ops.get_batch_indices_positions(append_indptr, seq_lens, 5)
+    assert b.tolist() == [0, 0, 0, 2, 2]
+    assert p.tolist() == [7, 8, 9, 0, 1]
+    assert b.dtype == torch.int32 and p.dtype == torch.int32
