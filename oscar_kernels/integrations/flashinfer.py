@@ -298,28 +298,28 @@ class _PlannedWrapper:
         """Copy ``src`` to the device; in graph mode into the persistent buffer ``attr``."""
         if not self._use_cuda_graph:
             return src.to(self.device, non_blocking=non_blocking)
-        buf = getattr(self, attr)
+        buf, name = getattr(self, attr), self._buffer_names[attr]
         if exact_len:
-            expect(buf.shape[0] == src.shape[0], attr.lstrip("_"),
+            expect(buf.shape[0] == src.shape[0], name,
                    f"length {src.shape[0]} (the batch size is fixed under CUDA graphs)", buf)
             buf.copy_(src, non_blocking=non_blocking)
             return buf
-        expect(buf.shape[0] >= src.shape[0], attr.lstrip("_"),
+        expect(buf.shape[0] >= src.shape[0], name,
                f"capacity >= {src.shape[0]} (len of the planned table)", buf)
         buf[: src.shape[0]].copy_(src, non_blocking=non_blocking)
         return buf
 
-    def _graph_buffers(self, batch_size_buffer: torch.Tensor | None, names: dict) -> None:
-        if not self._use_cuda_graph:
-            for attr in names:
-                setattr(self, attr, None)
-            return
-        for attr, t in names.items():
-            expect(isinstance(t, torch.Tensor) and t.dtype == torch.int32, attr.lstrip("_"),
-                   "an int32 torch.Tensor in cudagraph mode", t, ValueError)
-            expect(t.device == self.device, attr.lstrip("_"),
-                   f"device {self.device} (the workspace's)", t.device)
-            setattr(self, attr, t)
+    def _graph_buffers(self, buffers: dict) -> None:
+        """``buffers``: argument name -> (attribute, tensor or None)."""
+        self._buffer_names = getattr(self, "_buffer_names", {})
+        for name, (attr, t) in buffers.items():
+            self._buffer_names[attr] = name
+            if self._use_cuda_graph:
+                expect(isinstance(t, torch.Tensor) and t.dtype == torch.int32, name,
+                       "an int32 torch.Tensor in cudagraph mode", t, ValueError)
+                expect(t.device == self.device, name, f"device {self.device} (the workspace's)",
+                       t.device)
+            setattr(self, attr, t if self._use_cuda_graph else None)
 
     # ----------------------------------------------------------- run checks
     def _resolve_backend(self, spec: CacheSpec, num_qo_heads: int, dtype: torch.dtype,
@@ -450,9 +450,11 @@ class Int2BatchDecodeWithPagedKVCacheWrapper(_PlannedWrapper):
                  backend: str = "auto") -> None:
         super().__init__(workspace_buffer, kv_layout, use_cuda_graph, backend)
         self._use_tensor_cores = bool(use_tensor_cores)
-        self._graph_buffers(None, {"_paged_kv_indptr_buf": paged_kv_indptr_buffer,
-                                   "_paged_kv_indices_buf": paged_kv_indices_buffer,
-                                   "_paged_kv_last_page_len_buf": paged_kv_last_page_len_buffer})
+        self._graph_buffers({
+            "paged_kv_indptr_buffer": ("_paged_kv_indptr_buf", paged_kv_indptr_buffer),
+            "paged_kv_indices_buffer": ("_paged_kv_indices_buf", paged_kv_indices_buffer),
+            "paged_kv_last_page_len_buffer": ("_paged_kv_last_page_len_buf",
+                                              paged_kv_last_page_len_buffer)})
         if self._use_cuda_graph:
             self._fixed_batch_size = paged_kv_last_page_len_buffer.shape[0]
             expect(paged_kv_indptr_buffer.shape[0] == self._fixed_batch_size + 1,
@@ -461,10 +463,11 @@ class Int2BatchDecodeWithPagedKVCacheWrapper(_PlannedWrapper):
             if window_slots_buffer is None:
                 window_slots_buffer = torch.zeros(self._fixed_batch_size, dtype=torch.int32,
                                                   device=self.device)
-            self._graph_buffers(None, {"_window_slots_buf": window_slots_buffer})
+            self._graph_buffers({"window_slots_buffer": ("_window_slots_buf",
+                                                          window_slots_buffer)})
         else:
             self._fixed_batch_size = 0
-            self._window_slots_buf = None
+            self._graph_buffers({"window_slots_buffer": ("_window_slots_buf", None)})
 
     @property
     def use_tensor_cores(self) -> bool:
@@ -601,10 +604,12 @@ class Int2BatchPrefillWithPagedKVCacheWrapper(_PlannedWrapper):
                  window_slots_buf: torch.Tensor | None = None,
                  backend: str = "auto") -> None:
         super().__init__(workspace_buffer, kv_layout, use_cuda_graph, backend)
-        self._graph_buffers(None, {"_qo_indptr_buf": qo_indptr_buf,
-                                   "_paged_kv_indptr_buf": paged_kv_indptr_buf,
-                                   "_paged_kv_indices_buf": paged_kv_indices_buf,
-                                   "_paged_kv_last_page_len_buf": paged_kv_last_page_len_buf})
+        self._graph_buffers({
+            "qo_indptr_buf": ("_qo_indptr_buf", qo_indptr_buf),
+            "paged_kv_indptr_buf": ("_paged_kv_indptr_buf", paged_kv_indptr_buf),
+            "paged_kv_indices_buf": ("_paged_kv_indices_buf", paged_kv_indices_buf),
+            "paged_kv_last_page_len_buf": ("_paged_kv_last_page_len_buf",
+                                           paged_kv_last_page_len_buf)})
         if self._use_cuda_graph:
             self._fixed_batch_size = paged_kv_last_page_len_buf.shape[0]
             for name, t in (("qo_indptr_buf", qo_indptr_buf),
@@ -614,10 +619,10 @@ class Int2BatchPrefillWithPagedKVCacheWrapper(_PlannedWrapper):
             if window_slots_buf is None:
                 window_slots_buf = torch.zeros(self._fixed_batch_size, dtype=torch.int32,
                                                device=self.device)
-            self._graph_buffers(None, {"_window_slots_buf": window_slots_buf})
+            self._graph_buffers({"window_slots_buf": ("_window_slots_buf", window_slots_buf)})
         else:
             self._fixed_batch_size = 0
-            self._window_slots_buf = None
+            self._graph_buffers({"window_slots_buffer": ("_window_slots_buf", None)})
 
     def plan(self, qo_indptr: torch.Tensor, paged_kv_indptr: torch.Tensor,
              paged_kv_indices: torch.Tensor, paged_kv_last_page_len: torch.Tensor,
