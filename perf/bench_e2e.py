@@ -65,6 +65,7 @@ from oscar_kernels.spec import CacheSpec  # noqa: E402
 
 log = logging.getLogger("bench_e2e")
 GIB = 1 << 30
+T_START = time.perf_counter()
 
 
 # ------------------------------------------------------------------------------- presets
@@ -625,6 +626,18 @@ def check_stack(attn, cfg: ModelConfig, weights: DecodeWeights, device, seq_lens
             "logits_finite": bool(torch.isfinite(model.logits).all())}
 
 
+def _fallback(attn) -> str | None:
+    """Switch a stack whose fast path failed at run time to the next one; name it."""
+    if getattr(attn, "kernel", None) == "flashinfer":
+        attn.kernel, attn.kernel_note = "sdpa", "flashinfer failed at run time"
+        attn.prepare(attn.table)
+        return "torch SDPA"
+    if getattr(attn, "backend", None) == "auto" and attn.resolved_backends().get("decode") == "cute":
+        attn.backend = "triton"
+        return "the Triton backend"
+    return None
+
+
 def resolve_batches(spec_list: list[str], max_batch: int) -> list[int]:
     out = []
     for s in spec_list:
@@ -714,18 +727,41 @@ def run_preset(args, cfg: ModelConfig, device: torch.device, results: dict) -> N
         log.info("[%s/%s] pool %.2f GiB (%s)", cfg.name, kind, attn.nbytes / GIB,
                  pool_info.get("backends") or pool_info.get("kernel"))
         if args.check:
-            try:
-                lens = [min(args.check_len, pool_len), max(1, min(args.check_len, pool_len) // 3)]
-                chk = check_stack(attn, cfg, weights, device, lens[: min(2, pool_b)], page_size,
-                                  num_pages, args.seed + 3)
-                chk["preset"] = cfg.name
-                results["checks"].append(chk)
-                log.info("[%s/%s] check: %s", cfg.name, kind, chk)
-            except Exception as exc:
-                results["errors"].append(f"{cfg.name}/{kind} check: {type(exc).__name__}: {exc}"
-                                         [:800])
-                log.exception("check failed")
+            lens = [min(args.check_len, pool_len), max(1, min(args.check_len, pool_len) // 3)]
+            lens = lens[: min(2, pool_b)]
+            for attempt in range(2):
+                try:
+                    chk = check_stack(attn, cfg, weights, device, lens, page_size, num_pages,
+                                      args.seed + 3)
+                    chk.update(preset=cfg.name, kernel=getattr(attn, "kernel", None),
+                               backend=getattr(attn, "backend", None))
+                    results["checks"].append(chk)
+                    log.info("[%s/%s] check: %s", cfg.name, kind, chk)
+                    break
+                except Exception as exc:
+                    msg = f"{cfg.name}/{kind} check: {type(exc).__name__}: {exc}"[:800]
+                    results["errors"].append(msg)
+                    log.exception("check failed")
+                    if device.type == "cuda":
+                        torch.cuda.synchronize()
+                    fallback = _fallback(attn)
+                    if attempt or fallback is None:
+                        break
+                    results["notes"].append(f"{cfg.name}/{kind}: falling back to {fallback} "
+                                            f"after: {msg[:300]}")
+                    pool_info["fallback"] = fallback
+        stop = False
         for role, b, n in fits:
+            if time.perf_counter() - T_START > args.budget_s:
+                if not stop:
+                    results["notes"].append(f"time budget {args.budget_s} s spent: skipped "
+                                            f"{cfg.name}/{kind} from B={b} L={n} on")
+                stop = True
+                results["runs"].append({"preset": cfg.name, "cache": kind, "role": role,
+                                        "batch_size": b, "context": n, "fits": True,
+                                        "skipped": "time budget", "kv_bytes": b * seq_bytes(n),
+                                        "kv_budget_bytes": budget})
+                continue
             try:
                 r = runner.run_config(attn, num_pages, page_size, b, n)
             except Exception as exc:
@@ -815,11 +851,12 @@ def summary_table(results: dict) -> str:
                         key=lambda r: (r["cache"], r["batch_size"])):
             mark = " (max)" if r.get("max_batch_run") else ""
             lines.append(f"| {r['cache']} | {r['batch_size']}{mark} | {'yes' if r['fits'] else 'no'}"
-                         f" | {_fmt(r, 'step_ms')} | {_fmt(r, 'tokens_per_s', 1)} | "
+                         f"{' (skipped: ' + r['skipped'] + ')' if 'skipped' in r else ''} | {_fmt(r, 'step_ms')} | {_fmt(r, 'tokens_per_s', 1)} | "
                          f"{r['kv_bytes'] / 1e9:.1f} |")
         best = {}
         for r in runs:
-            if r["preset"] == name and r.get("fits") and r["context"] == results["args"]["tput_ctx"]:
+            if (r["preset"] == name and "tokens_per_s" in r
+                    and r["context"] == results["args"]["tput_ctx"]):
                 best[r["cache"]] = max(best.get(r["cache"], 0.0), r["tokens_per_s"])
         if "bf16" in best and "int2" in best:
             lines.append(f"\nBest tokens/s in the budget: INT2 {best['int2']:.1f} vs BF16 "
@@ -926,6 +963,10 @@ def parse_args(argv=None):
     p.add_argument("--out-dir", default=None)
     p.add_argument("--tag", default=None)
     p.add_argument("--no-plot", action="store_true")
+    p.add_argument("--budget-s", type=float, default=1e9,
+                   help="skip the remaining configurations once this many seconds have passed")
+    p.add_argument("--replot", default=None,
+                   help="rewrite the Markdown summary and PNG of an existing results JSON")
     args = p.parse_args(argv)
     args.presets = [s for s in args.preset.split(",") if s]
     for s in args.presets:
@@ -981,6 +1022,14 @@ def main(argv=None) -> dict:
         gpu = torch.cuda.get_device_name(0).replace(" ", "_") if device.type == "cuda" else "cpu"
         args.tag = f"e2e_{gpu}_{datetime.date.today().isoformat()}"
     expect("e2e" in args.tag, "--tag", "a name containing 'e2e'", args.tag)
+    if args.replot:
+        with open(args.replot) as f:
+            results = json.load(f)
+        args.out_dir = os.path.dirname(os.path.abspath(args.replot))
+        args.tag = os.path.basename(args.replot)[: -len(".json")]
+        write_outputs(args, results, final=True)
+        print(summary_table(results))
+        return results
     if args.steps is not None:
         res = smoke(args, device)
         print(json.dumps(res, indent=1))
