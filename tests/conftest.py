@@ -6,6 +6,11 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+# Triton kernels run on the CPU under the interpreter; it must be chosen before triton is
+# imported anywhere, so it is set here, at collection start.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 
 def pytest_collection_modifyitems(config, items):
     """Capability skips live here: GPU tests need CUDA."""

@@ -1,0 +1,200 @@
+"""Device helpers shared by the decode and extend kernels: one key block of attention.
+
+All attention state lives in rotated space and is split into the four channel quarters
+``[i·D/4, (i+1)·D/4)`` that one packed byte row unpacks into (docs/format.md §3): a query
+tile is ``q0..q3 [M, D/4]``, the output accumulator ``a0..a3 [M, D/4]``. Scores are in
+base 2 (the query carries ``sm_scale · log2(e)``), softmax is online (``m``, ``l``).
+
+INT2 keys/values never become float rows: for a group with (scale, zero),
+``q'·k̂ = scale · (q'·codes) + zero · Σ q'`` and ``Σ_t p_t v̂_t = Σ_t (p_t scale_t) codes_t
++ Σ_t p_t zero_t``, so the inner loop does quarter-wide code dots on the tensor cores and
+per-token (not per-element) scale/zero arithmetic; the zero terms go to ``z0..z3 [M]``.
+A quarter belongs to group ``i · NG // 4`` (``NG = D / group_size`` in {1, 2, 4}).
+
+``DOT16`` (GPU): codes and the query are fp16 in the code dots (codes 0..3 are exact;
+the query keeps 11 bits, above bf16's 8), ``p·scale`` is fp16 in the value dot;
+BF16 window rows use TF32 dots on fp32 operands. Without it (CPU interpreter, whose
+low-precision dots are unreliable) every dot is IEEE fp32.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _softmax_update(s, m_i, l_i):
+    """``s [M, N]`` base-2 scores (``-inf`` where masked) → ``p``, rescale ``alpha``, new m, l."""
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_safe)
+    p = tl.exp2(s - m_safe[:, None])
+    l_new = l_i * alpha + tl.sum(p, axis=1)
+    return p, alpha, m_new, l_new
+
+
+@triton.jit
+def _codes_quarter(raw, I: tl.constexpr, DOT16: tl.constexpr):
+    """Codes of quarter ``I`` from packed bytes ``raw [N, D/4]`` (int32) as the dot dtype."""
+    c = (raw >> (2 * I)) & 3
+    if DOT16:
+        # 0x6400 is fp16 1024.0 with a zero mantissa: (c | 0x6400) reinterpreted is 1024 + c
+        # exactly, so one OR and one fp16 subtract replace an int→float conversion.
+        f = (c | 0x6400).to(tl.int16).to(tl.float16, bitcast=True)
+        return f - 1024.0
+    else:
+        return c.to(tl.float32)
+
+
+@triton.jit
+def _dot(a, b, DOT16: tl.constexpr):
+    if DOT16:
+        return tl.dot(a, b)
+    else:
+        return tl.dot(a, b, input_precision="ieee")
+
+
+@triton.jit
+def _dot_f32(a, b, DOT16: tl.constexpr):
+    """fp32 operands: TF32 on the GPU, IEEE in the interpreter."""
+    if DOT16:
+        return tl.dot(a, b, input_precision="tf32")
+    else:
+        return tl.dot(a, b, input_precision="ieee")
+
+
+@triton.jit
+def _int2_block(q0, q1, q2, q3, qs0, qs1, qs2, qs3,
+                k_codes, v_codes, cbase, k_params, v_params, pbase, nmask, valid,
+                m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3,
+                PD: tl.constexpr, NG: tl.constexpr, DOT16: tl.constexpr):
+    """Attend one block of ``N`` INT2 tokens.
+
+    ``q0..q3 [M, PD]`` (dot dtype), ``qs0..qs3 [M]`` fp32 quarter sums of the same values;
+    ``cbase``/``pbase [N]`` int64 element offsets of each token's codes/params row;
+    ``nmask [N]`` loadable tokens; ``valid [M, N]`` visible (query, token) pairs.
+    """
+    j = tl.arange(0, PD)
+    kraw = tl.load(k_codes + cbase[:, None] + j[None, :], mask=nmask[:, None], other=0).to(tl.int32)
+    ks0 = tl.load(k_params + pbase, mask=nmask, other=0.0).to(tl.float32)
+    kz0 = tl.load(k_params + pbase + 1, mask=nmask, other=0.0).to(tl.float32)
+    d0 = _dot(q0, tl.trans(_codes_quarter(kraw, 0, DOT16)), DOT16)
+    d1 = _dot(q1, tl.trans(_codes_quarter(kraw, 1, DOT16)), DOT16)
+    d2 = _dot(q2, tl.trans(_codes_quarter(kraw, 2, DOT16)), DOT16)
+    d3 = _dot(q3, tl.trans(_codes_quarter(kraw, 3, DOT16)), DOT16)
+    if NG == 1:
+        s = ks0[None, :] * (d0 + d1 + d2 + d3) + kz0[None, :] * (qs0 + qs1 + qs2 + qs3)[:, None]
+    elif NG == 2:
+        ks1 = tl.load(k_params + pbase + 2, mask=nmask, other=0.0).to(tl.float32)
+        kz1 = tl.load(k_params + pbase + 3, mask=nmask, other=0.0).to(tl.float32)
+        s = (ks0[None, :] * (d0 + d1) + ks1[None, :] * (d2 + d3)
+             + kz0[None, :] * (qs0 + qs1)[:, None] + kz1[None, :] * (qs2 + qs3)[:, None])
+    else:
+        ks1 = tl.load(k_params + pbase + 2, mask=nmask, other=0.0).to(tl.float32)
+        kz1 = tl.load(k_params + pbase + 3, mask=nmask, other=0.0).to(tl.float32)
+        ks2 = tl.load(k_params + pbase + 4, mask=nmask, other=0.0).to(tl.float32)
+        kz2 = tl.load(k_params + pbase + 5, mask=nmask, other=0.0).to(tl.float32)
+        ks3 = tl.load(k_params + pbase + 6, mask=nmask, other=0.0).to(tl.float32)
+        kz3 = tl.load(k_params + pbase + 7, mask=nmask, other=0.0).to(tl.float32)
+        s = (ks0[None, :] * d0 + ks1[None, :] * d1 + ks2[None, :] * d2 + ks3[None, :] * d3
+             + kz0[None, :] * qs0[:, None] + kz1[None, :] * qs1[:, None]
+             + kz2[None, :] * qs2[:, None] + kz3[None, :] * qs3[:, None])
+    s = tl.where(valid, s, float("-inf"))
+    p, alpha, m_i, l_i = _softmax_update(s, m_i, l_i)
+
+    vraw = tl.load(v_codes + cbase[:, None] + j[None, :], mask=nmask[:, None], other=0).to(tl.int32)
+    vs0 = tl.load(v_params + pbase, mask=nmask, other=0.0).to(tl.float32)
+    vz0 = tl.load(v_params + pbase + 1, mask=nmask, other=0.0).to(tl.float32)
+    v0 = _codes_quarter(vraw, 0, DOT16)
+    v1 = _codes_quarter(vraw, 1, DOT16)
+    v2 = _codes_quarter(vraw, 2, DOT16)
+    v3 = _codes_quarter(vraw, 3, DOT16)
+    a0 = a0 * alpha[:, None]
+    a1 = a1 * alpha[:, None]
+    a2 = a2 * alpha[:, None]
+    a3 = a3 * alpha[:, None]
+    if NG == 1:
+        pv0 = (p * vs0[None, :]).to(v0.dtype)
+        a0 += _dot(pv0, v0, DOT16)
+        a1 += _dot(pv0, v1, DOT16)
+        a2 += _dot(pv0, v2, DOT16)
+        a3 += _dot(pv0, v3, DOT16)
+        zs0 = tl.sum(p * vz0[None, :], axis=1)
+        zs1 = zs0
+        zs2 = zs0
+        zs3 = zs0
+    elif NG == 2:
+        vs1 = tl.load(v_params + pbase + 2, mask=nmask, other=0.0).to(tl.float32)
+        vz1 = tl.load(v_params + pbase + 3, mask=nmask, other=0.0).to(tl.float32)
+        pv0 = (p * vs0[None, :]).to(v0.dtype)
+        pv1 = (p * vs1[None, :]).to(v0.dtype)
+        a0 += _dot(pv0, v0, DOT16)
+        a1 += _dot(pv0, v1, DOT16)
+        a2 += _dot(pv1, v2, DOT16)
+        a3 += _dot(pv1, v3, DOT16)
+        zs0 = tl.sum(p * vz0[None, :], axis=1)
+        zs1 = zs0
+        zs2 = tl.sum(p * vz1[None, :], axis=1)
+        zs3 = zs2
+    else:
+        vs1 = tl.load(v_params + pbase + 2, mask=nmask, other=0.0).to(tl.float32)
+        vz1 = tl.load(v_params + pbase + 3, mask=nmask, other=0.0).to(tl.float32)
+        vs2 = tl.load(v_params + pbase + 4, mask=nmask, other=0.0).to(tl.float32)
+        vz2 = tl.load(v_params + pbase + 5, mask=nmask, other=0.0).to(tl.float32)
+        vs3 = tl.load(v_params + pbase + 6, mask=nmask, other=0.0).to(tl.float32)
+        vz3 = tl.load(v_params + pbase + 7, mask=nmask, other=0.0).to(tl.float32)
+        a0 += _dot((p * vs0[None, :]).to(v0.dtype), v0, DOT16)
+        a1 += _dot((p * vs1[None, :]).to(v0.dtype), v1, DOT16)
+        a2 += _dot((p * vs2[None, :]).to(v0.dtype), v2, DOT16)
+        a3 += _dot((p * vs3[None, :]).to(v0.dtype), v3, DOT16)
+        zs0 = tl.sum(p * vz0[None, :], axis=1)
+        zs1 = tl.sum(p * vz1[None, :], axis=1)
+        zs2 = tl.sum(p * vz2[None, :], axis=1)
+        zs3 = tl.sum(p * vz3[None, :], axis=1)
+    z0 = z0 * alpha + zs0
+    z1 = z1 * alpha + zs1
+    z2 = z2 * alpha + zs2
+    z3 = z3 * alpha + zs3
+    return m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3
+
+
+@triton.jit
+def _bf16_block(q0, q1, q2, q3, k_rows, v_rows, rbase, nmask, valid,
+                m_i, l_i, a0, a1, a2, a3,
+                PD: tl.constexpr, DOT16: tl.constexpr):
+    """Attend one block of ``N`` BF16 rows (window rows or a chunk's own rotated rows).
+
+    ``q0..q3 [M, PD]`` fp32; ``rbase [N]`` int64 element offsets of each row in both
+    ``k_rows`` and ``v_rows``; ``nmask [N]``; ``valid [M, N]``.
+    """
+    j = tl.arange(0, PD)
+    kp = k_rows + rbase[:, None] + j[None, :]
+    k0 = tl.load(kp, mask=nmask[:, None], other=0.0).to(tl.float32)
+    k1 = tl.load(kp + PD, mask=nmask[:, None], other=0.0).to(tl.float32)
+    k2 = tl.load(kp + 2 * PD, mask=nmask[:, None], other=0.0).to(tl.float32)
+    k3 = tl.load(kp + 3 * PD, mask=nmask[:, None], other=0.0).to(tl.float32)
+    s = (_dot_f32(q0, tl.trans(k0), DOT16) + _dot_f32(q1, tl.trans(k1), DOT16)
+         + _dot_f32(q2, tl.trans(k2), DOT16) + _dot_f32(q3, tl.trans(k3), DOT16))
+    s = tl.where(valid, s, float("-inf"))
+    p, alpha, m_i, l_i = _softmax_update(s, m_i, l_i)
+    vp = v_rows + rbase[:, None] + j[None, :]
+    v0 = tl.load(vp, mask=nmask[:, None], other=0.0).to(tl.float32)
+    v1 = tl.load(vp + PD, mask=nmask[:, None], other=0.0).to(tl.float32)
+    v2 = tl.load(vp + 2 * PD, mask=nmask[:, None], other=0.0).to(tl.float32)
+    v3 = tl.load(vp + 3 * PD, mask=nmask[:, None], other=0.0).to(tl.float32)
+    a0 = a0 * alpha[:, None] + _dot_f32(p, v0, DOT16)
+    a1 = a1 * alpha[:, None] + _dot_f32(p, v1, DOT16)
+    a2 = a2 * alpha[:, None] + _dot_f32(p, v2, DOT16)
+    a3 = a3 * alpha[:, None] + _dot_f32(p, v3, DOT16)
+    return m_i, l_i, a0, a1, a2, a3
+
+
+@triton.jit
+def _rotate_quarter(x, rot_base, stride_rd, I: tl.constexpr, D: tl.constexpr, PD: tl.constexpr):
+    """``x [M, D]`` fp32 times columns ``[I·PD, (I+1)·PD)`` of ``R [D, D]`` (IEEE fp32)."""
+    d = tl.arange(0, D)
+    j = tl.arange(0, PD)
+    r = tl.load(rot_base + d[:, None] * stride_rd + (I * PD + j)[None, :])
+    return tl.dot(x, r, input_precision="ieee")
+

@@ -1,0 +1,219 @@
+"""Fused rotate → clip → quantize → pack → store of new K/V rows (one Triton kernel).
+
+``quantize_append_paged_kv_cache_triton`` writes ``nnz`` new tokens of one layer into the
+INT2 pages and the BF16 windows of an :class:`~oscar_kernels.cache.Int2PagedKVCache`,
+exactly as :func:`oscar_kernels.reference.paged.append_paged_kv` (docs/format.md §2–5).
+
+Kernel ``_quantize_append_kernel``, grid ``(cdiv(nnz, BLOCK_T), num_kv_heads, 2)``: one
+program takes ``BLOCK_T`` tokens of one KV head, axis 2 picks K (0) or V (1). Per program:
+
+1. ``x [BLOCK_T, D]`` (any float dtype, upcast to float32) times ``R [D, D]`` float32 with
+   an IEEE fp32 ``tl.dot`` (not TF32): ``x' = x @ R``. Only the summation order differs
+   from the reference's einsum, so a code can differ from the reference where
+   ``(x'c - zero) / scale + 0.5`` lands within an ulp of an integer (a rounding tie):
+   the tests allow at most 1e-3 of the codes to differ, each by one level.
+2. Per group of ``G`` channels (``x'`` reshaped ``[BLOCK_T, D/G, G]``): non-finite guard,
+   clip threshold = element of rank ``k`` of ``sort(|x'|)`` (``tl.sort`` on the GPU; the
+   equivalent rank count ``min{a_e : #{a_j <= a_e} > k}`` in the interpreter, where
+   ``tl.sort`` is slow), clamp,
+   ``scale = store((max - min) / 3)``, ``zero = store(min)`` (fp16 saturating or fp32),
+   ``code = clamp(floor((x'c - zero) / scale + 0.5), 0, 3)`` with IEEE division
+   (``div_rn``) against the stored values; ``scale == 0`` → codes 0.
+3. Pack ``byte j = Σ_i code[j + i·D/4] << 2i`` and store codes + (scale, zero) at
+   ``(page, slot, head)``; layout (NHD/HND) enters only through the strides.
+4. BF16 window rows: sink row ``p`` for ``p < S`` (with ``WRITE_PAGES``), ring row
+   ``S + p % W`` for ``p >= max(S, seq_len - W)`` (with ``WRITE_RECENT``).
+
+Constraints: ``head_dim`` a power of two in [16, 256]; ``group_size`` a power of two
+dividing it. ``BLOCK_T = 16`` is the smallest row count ``tl.dot`` takes; the rotation
+tile ``R`` is read once per 16 tokens (L2-resident across programs).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ..reference.quant import clip_index
+from ._common import interpret_mode, page_strides
+
+BLOCK_T = 16
+
+
+@triton.jit
+def _quantize_append_kernel(
+    k_ptr, v_ptr, stride_xn, stride_xh,              # append K/V [nnz, H, D] (same strides)
+    rot_k_ptr, rot_v_ptr, stride_rh, stride_rd,      # [H, D, D] float32 (stride_rh may be 0)
+    bidx_ptr, pos_ptr, nnz,                          # [nnz] int32
+    kv_indices_ptr, kv_indptr_ptr, kv_last_ptr, wslot_ptr,
+    k_codes_ptr, v_codes_ptr, sc_page, sc_slot, sc_head,   # codes [.., D/4] uint8
+    k_params_ptr, v_params_ptr, sp_page, sp_slot, sp_head,  # params [.., NG, 2]
+    k_win_ptr, v_win_ptr, sw_slot, sw_row, sw_head,  # windows [slots, S+W, H, D] bf16
+    k_clip_idx, v_clip_idx,
+    PAGE_SIZE: tl.constexpr, SINK: tl.constexpr, RECENT: tl.constexpr,
+    D: tl.constexpr, G: tl.constexpr, NG: tl.constexpr, FP16_PARAMS: tl.constexpr,
+    WRITE_PAGES: tl.constexpr, WRITE_RECENT: tl.constexpr, BLOCK_T: tl.constexpr,
+    RANK_BY_SORT: tl.constexpr,
+):
+    pid_t = tl.program_id(0)
+    h = tl.program_id(1)
+    which = tl.program_id(2)                        # 0: K, 1: V
+    PD: tl.constexpr = D // 4
+
+    rows = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)  # [BLOCK_T]
+    rmask = rows < nnz
+    d = tl.arange(0, D)
+    if which == 0:
+        x_base = k_ptr
+        r_base = rot_k_ptr
+        codes_base = k_codes_ptr
+        params_base = k_params_ptr
+        win_base = k_win_ptr
+        clip_idx = k_clip_idx
+    else:
+        x_base = v_ptr
+        r_base = rot_v_ptr
+        codes_base = v_codes_ptr
+        params_base = v_params_ptr
+        win_base = v_win_ptr
+        clip_idx = v_clip_idx
+
+    x = tl.load(x_base + rows[:, None].to(tl.int64) * stride_xn + h * stride_xh + d[None, :],
+                mask=rmask[:, None], other=0.0).to(tl.float32)             # [BLOCK_T, D]
+    rot = tl.load(r_base + h * stride_rh + d[:, None] * stride_rd + d[None, :])  # [D, D]
+    xr = tl.dot(x, rot, input_precision="ieee")                          # [BLOCK_T, D] fp32
+
+    b = tl.load(bidx_ptr + rows, mask=rmask, other=0)
+    p = tl.load(pos_ptr + rows, mask=rmask, other=0)
+    first = tl.load(kv_indptr_ptr + b, mask=rmask, other=0)
+    npages = tl.load(kv_indptr_ptr + b + 1, mask=rmask, other=0) - first
+    last = tl.load(kv_last_ptr + b, mask=rmask, other=0)
+    seq_len = tl.where(npages > 0, (npages - 1) * PAGE_SIZE + last, 0)
+    wslot = tl.load(wslot_ptr + b, mask=rmask, other=0).to(tl.int64)
+    xr_bf16 = xr.to(tl.bfloat16)
+
+    if WRITE_PAGES:
+        page = tl.load(kv_indices_ptr + first + p // PAGE_SIZE, mask=rmask, other=0).to(tl.int64)
+        slot = (p % PAGE_SIZE).to(tl.int64)
+        xg = tl.reshape(xr, [BLOCK_T, NG, G])
+        finite = tl.min((tl.abs(xg) < float("inf")).to(tl.int32), axis=2) > 0   # [BLOCK_T, NG]
+        xs = tl.where(finite[:, :, None], xg, 0.0)
+        ax = tl.abs(xs)
+        if RANK_BY_SORT:
+            srt = tl.sort(ax, dim=2)
+            ranks = tl.arange(0, G)
+            tau = tl.sum(tl.where(ranks[None, None, :] == clip_idx, srt, 0.0), axis=2)
+        else:
+            # rank counting: tau = min{ a_e : #{j : a_j <= a_e} > clip_idx }
+            cnt = tl.sum((ax[:, :, None, :] <= ax[:, :, :, None]).to(tl.int32), axis=3)
+            tau = tl.min(tl.where(cnt > clip_idx, ax, float("inf")), axis=2)
+        xc = tl.minimum(tl.maximum(xs, -tau[:, :, None]), tau[:, :, None])
+        mn = tl.min(xc, axis=2)
+        mx = tl.max(xc, axis=2)
+        scale = tl.math.div_rn(mx - mn, 3.0)
+        if FP16_PARAMS:
+            scale_s = tl.minimum(scale, 65504.0).to(tl.float16)
+            zero_s = tl.minimum(tl.maximum(mn, -65504.0), 65504.0).to(tl.float16)
+        else:
+            scale_s = scale
+            zero_s = mn
+        scale_f = scale_s.to(tl.float32)
+        zero_f = zero_s.to(tl.float32)
+        pos_scale = scale_f > 0
+        safe = tl.where(pos_scale, scale_f, 1.0)
+        t = tl.floor(tl.math.div_rn(xc - zero_f[:, :, None], safe[:, :, None]) + 0.5)
+        t = tl.minimum(tl.maximum(t, 0.0), 3.0)
+        keep = pos_scale & finite
+        codes = tl.where(keep[:, :, None], t, 0.0).to(tl.int32)             # [BLOCK_T, NG, G]
+        codes = tl.reshape(codes, [BLOCK_T, 4, PD])
+        shifts = 2 * tl.arange(0, 4)
+        packed = tl.sum(codes << shifts[None, :, None], axis=1)             # [BLOCK_T, PD]
+        j = tl.arange(0, PD)
+        cbase = page * sc_page + slot * sc_slot + h * sc_head
+        tl.store(codes_base + cbase[:, None] + j[None, :], packed.to(tl.uint8),
+                 mask=rmask[:, None])
+        nan = float("nan")
+        sc_out = tl.where(finite, scale_f, nan)
+        ze_out = tl.where(finite, zero_f, nan)
+        g = tl.arange(0, NG)
+        pbase = page * sp_page + slot * sp_slot + h * sp_head
+        pptr = params_base + pbase[:, None] + 2 * g[None, :]
+        tl.store(pptr, sc_out.to(params_base.dtype.element_ty), mask=rmask[:, None])
+        tl.store(pptr + 1, ze_out.to(params_base.dtype.element_ty), mask=rmask[:, None])
+        sink = rmask & (p < SINK)
+        wrow = wslot * sw_slot + p.to(tl.int64) * sw_row + h * sw_head
+        tl.store(win_base + wrow[:, None] + d[None, :], xr_bf16, mask=sink[:, None])
+    if WRITE_RECENT:
+        if RECENT > 0:
+            rec = rmask & (p >= SINK) & (p >= seq_len - RECENT)
+            ring = (SINK + p % RECENT).to(tl.int64)
+            wrow = wslot * sw_slot + ring * sw_row + h * sw_head
+            tl.store(win_base + wrow[:, None] + d[None, :], xr_bf16, mask=rec[:, None])
+
+
+def quantize_append_paged_kv_cache_triton(cache, append_key: torch.Tensor,
+                                          append_value: torch.Tensor,
+                                          batch_indices: torch.Tensor, positions: torch.Tensor,
+                                          kv_indices: torch.Tensor, kv_indptr: torch.Tensor,
+                                          kv_last_page_len: torch.Tensor,
+                                          window_slots: torch.Tensor, rot_k: torch.Tensor,
+                                          rot_v: torch.Tensor, k_clip: float, v_clip: float, *,
+                                          write_pages: bool = True,
+                                          write_recent: bool = True) -> None:
+    """Rotate, clip, quantize, pack and store ``nnz`` new tokens into ``cache`` (in place).
+
+    Parameters
+    ----------
+    cache : Int2PagedKVCache
+        Written in place (pages, params, sink rows, recent-ring rows).
+    append_key, append_value : Tensor ``[nnz, num_kv_heads, head_dim]``
+        bf16/fp16/fp32, model space; same dtype and strides, last dim contiguous.
+    batch_indices, positions : Tensor ``[nnz]`` int32
+    kv_indices, kv_indptr, kv_last_page_len, window_slots : Tensor int32
+        FlashInfer page table covering the new tokens, and the window slot of each sequence.
+    rot_k, rot_v : Tensor ``[num_kv_heads, head_dim, head_dim]`` float32
+        Per-head rotations (an ``expand``ed view with stride 0 on the head dim is fine).
+    k_clip, v_clip : float
+        Clip ratios in (0, 1].
+    write_pages, write_recent : bool
+        As in :func:`oscar_kernels.reference.paged.append_paged_kv` (extend writes the
+        pages and sink first and the recent ring after its attention).
+
+    Example
+    -------
+    >>> # see tests/triton_ref/test_triton_interp.py (CPU, TRITON_INTERPRET=1)
+    """
+    spec = cache.spec
+    nnz, h, d = append_key.shape
+    if nnz == 0:
+        return
+    append_value = append_value.to(append_key.dtype)
+    if append_key.stride() != append_value.stride() or append_key.stride(-1) != 1:
+        append_key, append_value = append_key.contiguous(), append_value.contiguous()
+    rot_k = rot_k.to(torch.float32)
+    rot_v = rot_v.to(torch.float32)
+    if rot_k.stride()[1:] != (d, 1) or rot_v.stride() != rot_k.stride():
+        rot_k, rot_v = rot_k.contiguous(), rot_v.contiguous()
+    sc = page_strides(cache.k_codes, spec.kv_layout)
+    sp = page_strides(cache.k_params, spec.kv_layout)
+    sw = cache.k_window.stride()
+    grid = (triton.cdiv(nnz, BLOCK_T), h, 2)
+    _quantize_append_kernel[grid](
+        append_key, append_value, append_key.stride(0), append_key.stride(1),
+        rot_k, rot_v, rot_k.stride(0), rot_k.stride(1),
+        batch_indices, positions, nnz,
+        kv_indices, kv_indptr, kv_last_page_len, window_slots,
+        cache.k_codes, cache.v_codes, *sc,
+        cache.k_params, cache.v_params, *sp,
+        cache.k_window, cache.v_window, sw[0], sw[1], sw[2],
+        clip_index(k_clip, spec.group_size), clip_index(v_clip, spec.group_size),
+        PAGE_SIZE=spec.page_size, SINK=spec.sink_size, RECENT=spec.recent_size,
+        D=d, G=spec.group_size, NG=spec.num_groups,
+        FP16_PARAMS=spec.scale_dtype == torch.float16,
+        WRITE_PAGES=write_pages, WRITE_RECENT=write_recent, BLOCK_T=BLOCK_T,
+        RANK_BY_SORT=not interpret_mode(append_key.device), num_warps=4,
+    )
+
+
+__all__ = ["quantize_append_paged_kv_cache_triton", "BLOCK_T"]

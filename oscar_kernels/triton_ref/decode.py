@@ -1,0 +1,318 @@
+"""Split-KV (flash-decoding) paged decode attention over the mixed INT2/BF16 cache.
+
+``paged_decode_attention_triton`` computes :func:`oscar_kernels.reference.paged.paged_decode`:
+one query per sequence at position ``L - 1``, BF16 for positions ``< S`` and ``>= L - W``,
+INT2 for the rest, output in the model's space.
+
+Two kernels:
+
+* ``_paged_decode_split_kernel``, grid ``(num_kv_heads, 1 + num_splits, batch_size)``.
+  One program owns one KV head of one sequence and *all* its ``GQA`` query heads (the
+  query tile is ``[GP, D]``, ``GP = max(16, next_pow2(GQA))`` rows for ``tl.dot``), so
+  every K/V byte is read once. It rotates its query rows itself (``q @ R_K[h]``, four
+  quarter-column IEEE dots, scaled by ``sm_scale · log2 e``). Split 0 reads the BF16
+  window slot (sink + ring, ``S + W`` rows, row validity from ``L``); splits ``1..`` take
+  equal ``BLOCK_N``-aligned slices of the INT2 range ``[S, L - W)``, reading
+  ``[BLOCK_N, D/4]`` uint8 tiles through the page table (page id per token) and folding
+  scale/zero in per token (see ``_blocks.py``). Each split writes its normalized partial
+  output ``[GQA, D]`` (rotated space) and base-2 lse. The KV head is the fastest grid
+  axis, so the programs of all heads of one token slice run together and share the
+  NHD cache lines of codes and params in L2.
+* ``_decode_merge_kernel``, grid ``(num_kv_heads, batch_size)``: log-sum-exp merge of the
+  splits and the un-rotation ``o = o' @ R_V[h]^T`` (fp32), written in ``q``'s dtype into
+  ``out``, plus the natural-log lse.
+
+Nothing dequantized is written to global memory; partials are ``B·H·(1+splits)·GQA·D``
+floats. The launcher never reads device memory on the host (CUDA-graph safe): the split
+count comes from ``batch_size``, ``num_kv_heads`` and ``len(kv_indices)`` only.
+
+Constraints: ``head_dim`` in {64, 128, 256}; ``group_size`` in {D, D/2, D/4}; GQA ratio
+<= 16 (else :class:`~oscar_kernels.errors.UnsupportedConfigError` from ``can_implement``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from ._blocks import _bf16_block, _int2_block, _rotate_quarter
+from ._common import interpret_mode, page_strides
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Launch parameters of the decode kernels.
+
+    ``num_splits=None`` picks ``ceil(target_programs / (batch · heads))`` INT2 splits,
+    capped so that a split averages at least ``min_split_tokens`` tokens.
+    """
+
+    block_n: int = 64
+    block_w: int = 64
+    num_warps: int = 4
+    num_stages: int = 2
+    num_splits: int | None = None
+    target_programs: int = 528
+    min_split_tokens: int = 256
+
+
+def default_decode_config(device: torch.device) -> DecodeConfig:
+    if interpret_mode(device):
+        return DecodeConfig(block_n=32, block_w=32, num_warps=4, num_stages=1,
+                            target_programs=8, min_split_tokens=32)
+    return DecodeConfig()
+
+
+def _num_splits(cfg: DecodeConfig, batch_size: int, num_kv_heads: int, token_bound: int) -> int:
+    if cfg.num_splits is not None:
+        return max(1, cfg.num_splits)
+    want = math.ceil(cfg.target_programs / (batch_size * num_kv_heads))
+    per_seq = max(1, token_bound // batch_size)
+    return max(1, min(want, math.ceil(per_seq / cfg.min_split_tokens)))
+
+
+@triton.jit
+def _paged_decode_split_kernel(
+    q_ptr, stride_qb, stride_qh,                       # q [B, Hq, D]
+    rot_k_ptr, stride_rh, stride_rd,                   # [H, D, D] fp32
+    k_codes, v_codes, sc_page, sc_slot, sc_head,       # [.., D/4] uint8
+    k_params, v_params, sp_page, sp_slot, sp_head,     # [.., NG, 2]
+    k_win, v_win, sw_slot, sw_row, sw_head,            # [slots, S+W, H, D] bf16
+    kv_indptr, kv_indices, kv_last, wslots,            # page table, window slots
+    part_o, part_lse, num_splits, qk_scale,            # [B, H, 1+splits, GQA, D], [.., GQA]
+    PAGE_SIZE: tl.constexpr, SINK: tl.constexpr, RECENT: tl.constexpr,
+    D: tl.constexpr, GQA: tl.constexpr, GP: tl.constexpr, NG: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, DOT16: tl.constexpr,
+):
+    h = tl.program_id(0)
+    sp = tl.program_id(1)
+    b = tl.program_id(2)
+    num_heads = tl.num_programs(0)
+    PD: tl.constexpr = D // 4
+
+    first = tl.load(kv_indptr + b)
+    npages = tl.load(kv_indptr + b + 1) - first
+    seq_len = tl.where(npages > 0, (npages - 1) * PAGE_SIZE + tl.load(kv_last + b), 0)
+
+    r = tl.arange(0, GP)
+    rmask = r < GQA
+    dd = tl.arange(0, D)
+    qraw = tl.load(q_ptr + b * stride_qb + (h * GQA + r)[:, None] * stride_qh + dd[None, :],
+                   mask=rmask[:, None], other=0.0).to(tl.float32)          # [GP, D]
+    rb = rot_k_ptr + h * stride_rh
+    q0 = _rotate_quarter(qraw, rb, stride_rd, 0, D, PD) * qk_scale         # [GP, PD]
+    q1 = _rotate_quarter(qraw, rb, stride_rd, 1, D, PD) * qk_scale
+    q2 = _rotate_quarter(qraw, rb, stride_rd, 2, D, PD) * qk_scale
+    q3 = _rotate_quarter(qraw, rb, stride_rd, 3, D, PD) * qk_scale
+
+    m_i = tl.full([GP], float("-inf"), tl.float32)
+    l_i = tl.zeros([GP], tl.float32)
+    a0 = tl.zeros([GP, PD], tl.float32)
+    a1 = tl.zeros([GP, PD], tl.float32)
+    a2 = tl.zeros([GP, PD], tl.float32)
+    a3 = tl.zeros([GP, PD], tl.float32)
+    z0 = tl.zeros([GP], tl.float32)
+    z1 = tl.zeros([GP], tl.float32)
+    z2 = tl.zeros([GP], tl.float32)
+    z3 = tl.zeros([GP], tl.float32)
+
+    if sp == 0:
+        # BF16 window slot: sink rows [0, min(S, L)), ring rows of positions [max(S, L-W), L)
+        wbase = tl.load(wslots + b).to(tl.int64) * sw_slot + h * sw_head
+        rec_start = tl.maximum(seq_len - RECENT, SINK)
+        num_recent = tl.maximum(seq_len - rec_start, 0)
+        for w0 in range(0, SINK + RECENT, BLOCK_W):
+            rows = w0 + tl.arange(0, BLOCK_W)
+            ok = (rows < SINK) & (rows < seq_len)
+            if RECENT > 0:
+                ring = (rows - SINK - rec_start % RECENT + 2 * RECENT) % RECENT
+                ok = ok | ((rows >= SINK) & (rows < SINK + RECENT) & (ring < num_recent))
+            valid = tl.broadcast_to(ok[None, :], [GP, BLOCK_W])
+            m_i, l_i, a0, a1, a2, a3 = _bf16_block(
+                q0, q1, q2, q3, k_win, v_win, wbase + rows.to(tl.int64) * sw_row, ok, valid,
+                m_i, l_i, a0, a1, a2, a3, PD, DOT16)
+    else:
+        if DOT16:
+            qc0 = q0.to(tl.float16)
+            qc1 = q1.to(tl.float16)
+            qc2 = q2.to(tl.float16)
+            qc3 = q3.to(tl.float16)
+        else:
+            qc0 = q0
+            qc1 = q1
+            qc2 = q2
+            qc3 = q3
+        qs0 = tl.sum(qc0.to(tl.float32), axis=1)
+        qs1 = tl.sum(qc1.to(tl.float32), axis=1)
+        qs2 = tl.sum(qc2.to(tl.float32), axis=1)
+        qs3 = tl.sum(qc3.to(tl.float32), axis=1)
+        lo = SINK
+        hi = tl.maximum(seq_len - RECENT, SINK)
+        chunk = tl.cdiv(tl.cdiv(hi - lo, num_splits), BLOCK_N) * BLOCK_N
+        start = lo + (sp - 1) * chunk
+        end = tl.minimum(start + chunk, hi)
+        for n0 in range(start, end, BLOCK_N):
+            offs = n0 + tl.arange(0, BLOCK_N)
+            nmask = offs < end
+            page = tl.load(kv_indices + first + offs // PAGE_SIZE, mask=nmask, other=0).to(tl.int64)
+            slot = (offs % PAGE_SIZE).to(tl.int64)
+            cbase = page * sc_page + slot * sc_slot + h * sc_head
+            pbase = page * sp_page + slot * sp_slot + h * sp_head
+            valid = tl.broadcast_to(nmask[None, :], [GP, BLOCK_N])
+            m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3 = _int2_block(
+                qc0, qc1, qc2, qc3, qs0, qs1, qs2, qs3,
+                k_codes, v_codes, cbase, k_params, v_params, pbase, nmask, valid,
+                m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3, PD, NG, DOT16)
+
+    nonempty = l_i > 0
+    inv = tl.where(nonempty, 1.0 / tl.where(nonempty, l_i, 1.0), 0.0)
+    lse = tl.where(nonempty, m_i + tl.log2(tl.where(nonempty, l_i, 1.0)), float("-inf"))
+    row = ((b * num_heads + h) * (num_splits + 1) + sp) * GQA + r               # [GP]
+    j = tl.arange(0, PD)
+    optr = part_o + row[:, None].to(tl.int64) * D + j[None, :]
+    tl.store(optr, (a0 + z0[:, None]) * inv[:, None], mask=rmask[:, None])
+    tl.store(optr + PD, (a1 + z1[:, None]) * inv[:, None], mask=rmask[:, None])
+    tl.store(optr + 2 * PD, (a2 + z2[:, None]) * inv[:, None], mask=rmask[:, None])
+    tl.store(optr + 3 * PD, (a3 + z3[:, None]) * inv[:, None], mask=rmask[:, None])
+    tl.store(part_lse + row, lse, mask=rmask)
+
+
+@triton.jit
+def _decode_merge_kernel(
+    part_o, part_lse, num_parts,                       # [B, H, parts, GQA, D], [.., GQA]
+    rot_v_ptr, stride_rh, stride_rd,                   # [H, D, D] fp32
+    o_ptr, stride_ob, stride_oh,                       # [B, Hq, D] (q dtype)
+    lse_ptr, stride_lb,                                # [B, Hq] fp32
+    D: tl.constexpr, GQA: tl.constexpr, GM: tl.constexpr, BLOCK_S: tl.constexpr,
+    BLOCK_DO: tl.constexpr,
+):
+    h = tl.program_id(0)
+    b = tl.program_id(1)
+    num_heads = tl.num_programs(0)
+    r = tl.arange(0, GM)
+    rmask = r < GQA
+    dd = tl.arange(0, D)
+    base = (b * num_heads + h).to(tl.int64) * num_parts
+    # pass 1: the max of the split lse per query head
+    m = tl.full([GM], float("-inf"), tl.float32)
+    for s0 in range(0, num_parts, BLOCK_S):
+        s = s0 + tl.arange(0, BLOCK_S)
+        ls = tl.load(part_lse + ((base + s)[:, None] * GQA + r[None, :]),
+                     mask=(s < num_parts)[:, None] & rmask[None, :], other=float("-inf"))
+        m = tl.maximum(m, tl.max(ls, axis=0))
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    # pass 2: weighted sum of the normalized partial outputs
+    wsum = tl.zeros([GM], tl.float32)
+    acc = tl.zeros([GM, D], tl.float32)
+    for s0 in range(0, num_parts, BLOCK_S):
+        s = s0 + tl.arange(0, BLOCK_S)
+        smask = (s < num_parts)[:, None] & rmask[None, :]
+        ls = tl.load(part_lse + ((base + s)[:, None] * GQA + r[None, :]), mask=smask,
+                     other=float("-inf"))
+        w = tl.exp2(ls - m_safe[None, :])                                   # [BLOCK_S, GM]
+        wsum += tl.sum(w, axis=0)
+        prow = (base + s)[:, None] * GQA + r[None, :]                       # [BLOCK_S, GM]
+        po = tl.load(part_o + prow[:, :, None] * D + dd[None, None, :], mask=smask[:, :, None],
+                     other=0.0)                                             # [BLOCK_S, GM, D]
+        acc += tl.sum(w[:, :, None] * po, axis=0)
+    has = wsum > 0
+    o_rot = acc / tl.where(has, wsum, 1.0)[:, None]                         # [GM, D]
+    lse = tl.where(has, (m_safe + tl.log2(tl.where(has, wsum, 1.0))) * 0.6931471805599453,
+                   float("-inf"))
+    heads = h * GQA + r
+    tl.store(lse_ptr + b * stride_lb + heads, lse, mask=rmask)
+    # un-rotate once: o[:, c] = sum_k o'[:, k] * R_V[h][c, k]
+    rb = rot_v_ptr + h * stride_rh
+    for c0 in tl.static_range(0, D, BLOCK_DO):
+        c = c0 + tl.arange(0, BLOCK_DO)
+        rv = tl.load(rb + c[:, None] * stride_rd + dd[None, :])             # [BLOCK_DO, D]
+        out = tl.sum(o_rot[:, None, :] * rv[None, :, :], axis=2)            # [GM, BLOCK_DO]
+        tl.store(o_ptr + b * stride_ob + heads[:, None] * stride_oh + c[None, :],
+                 out.to(o_ptr.dtype.element_ty), mask=rmask[:, None])
+
+
+def paged_decode_attention_triton(q: torch.Tensor, cache, kv_indptr: torch.Tensor,
+                                  kv_indices: torch.Tensor, kv_last_page_len: torch.Tensor,
+                                  window_slots: torch.Tensor, rot_k: torch.Tensor,
+                                  rot_v: torch.Tensor, sm_scale: float, *,
+                                  out: torch.Tensor | None = None,
+                                  config: DecodeConfig | None = None
+                                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Decode attention of ``q [batch_size, num_qo_heads, head_dim]`` over ``cache``.
+
+    Parameters
+    ----------
+    q : Tensor ``[batch_size, num_qo_heads, head_dim]`` bf16/fp16/fp32, model space.
+    cache : Int2PagedKVCache
+    kv_indptr, kv_indices, kv_last_page_len, window_slots : Tensor int32
+        FlashInfer page table and window slots (lengths include the query's token).
+    rot_k, rot_v : Tensor ``[num_kv_heads, head_dim, head_dim]`` float32 (stride-0 head ok).
+    sm_scale : float
+    out : Tensor, optional
+        ``[batch_size, num_qo_heads, head_dim]`` of ``q.dtype``, written in place.
+    config : DecodeConfig, optional
+        Launch parameters (benchmarks sweep them); default per device.
+
+    Returns
+    -------
+    ``o [batch_size, num_qo_heads, head_dim]`` (``q.dtype``, model space) and
+    ``lse [batch_size, num_qo_heads]`` float32 (natural log; ``-inf`` for empty sequences).
+
+    Example
+    -------
+    >>> # see tests/triton_ref/test_triton_interp.py (CPU, TRITON_INTERPRET=1)
+    """
+    spec = cache.spec
+    batch_size, num_qo_heads, d = q.shape
+    h = spec.num_kv_heads
+    gqa = num_qo_heads // h
+    cfg = config or default_decode_config(q.device)
+    splits = _num_splits(cfg, batch_size, h, kv_indices.shape[0] * spec.page_size)
+    parts = splits + 1
+    if q.stride(-1) != 1:
+        q = q.contiguous()
+    rot_k = rot_k if rot_k.stride(-1) == 1 else rot_k.contiguous()
+    rot_v = rot_v if rot_v.stride(-1) == 1 else rot_v.contiguous()
+    part_o = torch.empty((batch_size, h, parts, gqa, d), dtype=torch.float32, device=q.device)
+    part_lse = torch.empty((batch_size, h, parts, gqa), dtype=torch.float32, device=q.device)
+    result = out
+    if out is None or out.stride(-1) != 1:
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = torch.empty((batch_size, num_qo_heads), dtype=torch.float32, device=q.device)
+    sc = page_strides(cache.k_codes, spec.kv_layout)
+    sp = page_strides(cache.k_params, spec.kv_layout)
+    sw = cache.k_window.stride()
+    dot16 = not interpret_mode(q.device)
+    gp = max(16, triton.next_power_of_2(gqa))
+    _paged_decode_split_kernel[(h, parts, batch_size)](
+        q, q.stride(0), q.stride(1), rot_k, rot_k.stride(0), rot_k.stride(1),
+        cache.k_codes, cache.v_codes, *sc, cache.k_params, cache.v_params, *sp,
+        cache.k_window, cache.v_window, sw[0], sw[1], sw[2],
+        kv_indptr, kv_indices, kv_last_page_len, window_slots,
+        part_o, part_lse, splits, float(sm_scale) * LOG2E,
+        PAGE_SIZE=spec.page_size, SINK=spec.sink_size, RECENT=spec.recent_size,
+        D=d, GQA=gqa, GP=gp, NG=spec.num_groups, BLOCK_N=cfg.block_n, BLOCK_W=cfg.block_w,
+        DOT16=dot16, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    gm = triton.next_power_of_2(gqa)
+    block_s = max(1, min(triton.next_power_of_2(parts), 4096 // (gm * d)))
+    _decode_merge_kernel[(h, batch_size)](
+        part_o, part_lse, parts, rot_v, rot_v.stride(0), rot_v.stride(1),
+        out, out.stride(0), out.stride(1), lse, lse.stride(0),
+        D=d, GQA=gqa, GM=gm, BLOCK_S=block_s, BLOCK_DO=max(1, min(d, 8192 // (gm * d))),
+        num_warps=4,
+    )
+    if result is not None and result.data_ptr() != out.data_ptr():
+        result.copy_(out)
+        out = result
+    return out, lse
+
+
+__all__ = ["paged_decode_attention_triton", "DecodeConfig", "default_decode_config"]

@@ -1,0 +1,275 @@
+"""Paged extend (chunked prefill / prefix-cache hit) attention over the mixed cache.
+
+``paged_extend_attention_triton`` computes :func:`oscar_kernels.reference.paged.paged_extend`:
+sequence ``b`` appends ``n_b = qo_indptr[b+1] - qo_indptr[b]`` tokens at positions
+``[L_b - n_b, L_b)`` and each of its queries (position ``t``) attends causally, reading
+position ``p`` in BF16 when ``p < S`` or ``p > t - W`` and INT2 otherwise.
+
+Order, as the format requires (docs/format.md §5 "Extend order"):
+
+1. ``_quantize_append_kernel`` (append.py) writes the chunk's INT2 pages and BF16 sink rows;
+2. ``_paged_extend_kernel`` attends, reading the pre-chunk window ring, the chunk's own
+   rotated BF16 rows (``bf16(x @ R)``, computed once per call in float32 by torch), the
+   sink rows and the INT2 pages (packed, dequantization folded into the dots);
+3. ``_quantize_append_kernel`` again, ring rows only.
+
+``_paged_extend_kernel``, grid ``(cdiv(max n_b, BLOCK_Q), num_kv_heads, batch_size)``: one
+program owns ``BLOCK_Q`` consecutive queries of one sequence and all ``GQA`` query heads
+of one KV head, flattened into ``BLOCK_M = BLOCK_Q · GP`` rows (``GP = next_pow2(GQA)``).
+It rotates its queries (``q @ R_K``), runs four key loops — sink rows, the old ring
+(``p > t - W``), the chunk's own rows (``p <= t`` and BF16 by the rule), INT2 pages
+(``S <= p <= t - W``) — with per-(query, key) masks, and un-rotates once
+(``o' @ R_V^T``, IEEE fp32) before storing. The launcher reads ``max n_b`` on the host
+(one synchronization per call).
+
+Constraints: as decode (``head_dim`` in {64, 128, 256}, ``group_size`` in {D, D/2, D/4}).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ..spec import seq_lens_from_page_table
+from ._blocks import _bf16_block, _int2_block, _rotate_quarter
+from ._common import interpret_mode, page_strides
+from .append import quantize_append_paged_kv_cache_triton
+
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _paged_extend_kernel(
+    q_ptr, stride_qn, stride_qh,                       # q [nnz, Hq, D]
+    rot_k_ptr, rot_v_ptr, stride_rh, stride_rd,        # [H, D, D] fp32 (same strides)
+    k_new, v_new, stride_nn, stride_nh,                # chunk rows, rotated [nnz, H, D] bf16
+    k_codes, v_codes, sc_page, sc_slot, sc_head,
+    k_params, v_params, sp_page, sp_slot, sp_head,
+    k_win, v_win, sw_slot, sw_row, sw_head,
+    qo_indptr, kv_indptr, kv_indices, kv_last, wslots,
+    o_ptr, stride_on, stride_oh, lse_ptr, stride_ln,   # out [nnz, Hq, D], lse [nnz, Hq]
+    qk_scale,
+    PAGE_SIZE: tl.constexpr, SINK: tl.constexpr, RECENT: tl.constexpr,
+    D: tl.constexpr, GQA: tl.constexpr, GP: tl.constexpr, NG: tl.constexpr,
+    BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, DOT16: tl.constexpr,
+):
+    qb = tl.program_id(0)
+    h = tl.program_id(1)
+    b = tl.program_id(2)
+    PD: tl.constexpr = D // 4
+    BLOCK_M: tl.constexpr = BLOCK_Q * GP
+
+    qo0 = tl.load(qo_indptr + b)
+    n_b = tl.load(qo_indptr + b + 1) - qo0
+    q_start = qb * BLOCK_Q
+    if q_start < n_b:
+        first = tl.load(kv_indptr + b)
+        npages = tl.load(kv_indptr + b + 1) - first
+        seq_len = tl.where(npages > 0, (npages - 1) * PAGE_SIZE + tl.load(kv_last + b), 0)
+        prefix = seq_len - n_b
+        mrow = tl.arange(0, BLOCK_M)
+        qidx = q_start + mrow // GP
+        r = mrow % GP
+        rvalid = (qidx < n_b) & (r < GQA)
+        t = prefix + qidx                                                   # [BLOCK_M]
+        t_min = prefix + q_start
+        t_max = prefix + tl.minimum(q_start + BLOCK_Q, n_b) - 1
+        dd = tl.arange(0, D)
+        qrow = (qo0 + qidx).to(tl.int64)
+        qraw = tl.load(q_ptr + qrow[:, None] * stride_qn + (h * GQA + r)[:, None] * stride_qh
+                       + dd[None, :], mask=rvalid[:, None], other=0.0).to(tl.float32)
+        rb = rot_k_ptr + h * stride_rh
+        q0 = _rotate_quarter(qraw, rb, stride_rd, 0, D, PD) * qk_scale
+        q1 = _rotate_quarter(qraw, rb, stride_rd, 1, D, PD) * qk_scale
+        q2 = _rotate_quarter(qraw, rb, stride_rd, 2, D, PD) * qk_scale
+        q3 = _rotate_quarter(qraw, rb, stride_rd, 3, D, PD) * qk_scale
+
+        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_M], tl.float32)
+        a0 = tl.zeros([BLOCK_M, PD], tl.float32)
+        a1 = tl.zeros([BLOCK_M, PD], tl.float32)
+        a2 = tl.zeros([BLOCK_M, PD], tl.float32)
+        a3 = tl.zeros([BLOCK_M, PD], tl.float32)
+        z0 = tl.zeros([BLOCK_M], tl.float32)
+        z1 = tl.zeros([BLOCK_M], tl.float32)
+        z2 = tl.zeros([BLOCK_M], tl.float32)
+        z3 = tl.zeros([BLOCK_M], tl.float32)
+        wbase = tl.load(wslots + b).to(tl.int64) * sw_slot + h * sw_head
+
+        # 1. sink rows written before this chunk: p < min(S, prefix), all visible
+        sink_hi = tl.minimum(prefix, SINK)
+        for p0 in range(0, sink_hi, BLOCK_N):
+            pos = p0 + tl.arange(0, BLOCK_N)
+            ok = pos < sink_hi
+            valid = ok[None, :] & (pos[None, :] <= t[:, None])
+            m_i, l_i, a0, a1, a2, a3 = _bf16_block(
+                q0, q1, q2, q3, k_win, v_win, wbase + pos.to(tl.int64) * sw_row, ok, valid,
+                m_i, l_i, a0, a1, a2, a3, PD, DOT16)
+        # 2. the ring as it was before the chunk: S <= p < prefix with p > t - W
+        if RECENT > 0:
+            ring_lo = tl.maximum(SINK, t_min - RECENT + 1)
+            for p0 in range(ring_lo, prefix, BLOCK_N):
+                pos = p0 + tl.arange(0, BLOCK_N)
+                ok = pos < prefix
+                valid = ok[None, :] & (pos[None, :] > t[:, None] - RECENT)
+                rows = (SINK + pos % RECENT).to(tl.int64)
+                m_i, l_i, a0, a1, a2, a3 = _bf16_block(
+                    q0, q1, q2, q3, k_win, v_win, wbase + rows * sw_row, ok, valid,
+                    m_i, l_i, a0, a1, a2, a3, PD, DOT16)
+        # 3. the chunk's own rotated rows: prefix <= p <= t, BF16 by the rule
+        own_lo = tl.where(prefix < SINK, prefix, tl.maximum(prefix, t_min - RECENT + 1))
+        for p0 in range(own_lo, t_max + 1, BLOCK_N):
+            pos = p0 + tl.arange(0, BLOCK_N)
+            ok = pos <= t_max
+            valid = (ok[None, :] & (pos[None, :] <= t[:, None])
+                     & ((pos[None, :] < SINK) | (pos[None, :] > t[:, None] - RECENT)))
+            nb = (qo0 + pos - prefix).to(tl.int64) * stride_nn + h * stride_nh
+            m_i, l_i, a0, a1, a2, a3 = _bf16_block(
+                q0, q1, q2, q3, k_new, v_new, nb, ok, valid,
+                m_i, l_i, a0, a1, a2, a3, PD, DOT16)
+        # 4. INT2 pages: S <= p <= t - W
+        if DOT16:
+            qc0 = q0.to(tl.float16)
+            qc1 = q1.to(tl.float16)
+            qc2 = q2.to(tl.float16)
+            qc3 = q3.to(tl.float16)
+        else:
+            qc0 = q0
+            qc1 = q1
+            qc2 = q2
+            qc3 = q3
+        qs0 = tl.sum(qc0.to(tl.float32), axis=1)
+        qs1 = tl.sum(qc1.to(tl.float32), axis=1)
+        qs2 = tl.sum(qc2.to(tl.float32), axis=1)
+        qs3 = tl.sum(qc3.to(tl.float32), axis=1)
+        int2_hi = t_max - RECENT + 1
+        for p0 in range(SINK, int2_hi, BLOCK_N):
+            pos = p0 + tl.arange(0, BLOCK_N)
+            ok = pos < int2_hi
+            valid = ok[None, :] & (pos[None, :] <= t[:, None] - RECENT)
+            page = tl.load(kv_indices + first + pos // PAGE_SIZE, mask=ok, other=0).to(tl.int64)
+            slot = (pos % PAGE_SIZE).to(tl.int64)
+            cbase = page * sc_page + slot * sc_slot + h * sc_head
+            pbase = page * sp_page + slot * sp_slot + h * sp_head
+            m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3 = _int2_block(
+                qc0, qc1, qc2, qc3, qs0, qs1, qs2, qs3,
+                k_codes, v_codes, cbase, k_params, v_params, pbase, ok, valid,
+                m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3, PD, NG, DOT16)
+
+        nonempty = l_i > 0
+        inv = tl.where(nonempty, 1.0 / tl.where(nonempty, l_i, 1.0), 0.0)
+        lse = tl.where(nonempty, (m_i + tl.log2(tl.where(nonempty, l_i, 1.0))) * 0.6931471805599453,
+                       float("-inf"))
+        o0 = (a0 + z0[:, None]) * inv[:, None]
+        o1 = (a1 + z1[:, None]) * inv[:, None]
+        o2 = (a2 + z2[:, None]) * inv[:, None]
+        o3 = (a3 + z3[:, None]) * inv[:, None]
+        # un-rotate once: o = o' @ R_V^T, quarter by quarter: rows [i·PD, (i+1)·PD) of R_V^T
+        vb = rot_v_ptr + h * stride_rh
+        k = tl.arange(0, PD)
+        rt = vb + dd[None, :] * stride_rd + k[:, None]                       # R_V^T [PD, D]
+        out = tl.dot(o0, tl.load(rt), input_precision="ieee")
+        out += tl.dot(o1, tl.load(rt + PD), input_precision="ieee")
+        out += tl.dot(o2, tl.load(rt + 2 * PD), input_precision="ieee")
+        out += tl.dot(o3, tl.load(rt + 3 * PD), input_precision="ieee")
+        heads = h * GQA + r
+        tl.store(o_ptr + qrow[:, None] * stride_on + heads[:, None] * stride_oh + dd[None, :],
+                 out.to(o_ptr.dtype.element_ty), mask=rvalid[:, None])
+        tl.store(lse_ptr + qrow * stride_ln + heads, lse, mask=rvalid)
+
+
+def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
+                                  append_value: torch.Tensor, qo_indptr: torch.Tensor, cache,
+                                  kv_indptr: torch.Tensor, kv_indices: torch.Tensor,
+                                  kv_last_page_len: torch.Tensor, window_slots: torch.Tensor,
+                                  rot_k: torch.Tensor, rot_v: torch.Tensor, k_clip: float,
+                                  v_clip: float, sm_scale: float, *,
+                                  out: torch.Tensor | None = None
+                                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Append a chunk per sequence and attend with its queries (cache updated in place).
+
+    Parameters
+    ----------
+    q : Tensor ``[nnz, num_qo_heads, head_dim]``, model space.
+    append_key, append_value : Tensor ``[nnz, num_kv_heads, head_dim]``, model space.
+    qo_indptr : Tensor ``[batch_size + 1]`` int32, chunk offsets (``qo_indptr[-1] == nnz``).
+    cache, kv_indptr, kv_indices, kv_last_page_len, window_slots, rot_k, rot_v
+        As in :func:`~oscar_kernels.triton_ref.decode.paged_decode_attention_triton`;
+        the page table already covers the chunk.
+    k_clip, v_clip, sm_scale : float
+    out : Tensor, optional ``[nnz, num_qo_heads, head_dim]`` of ``q.dtype``.
+
+    Returns
+    -------
+    ``o [nnz, num_qo_heads, head_dim]`` (``q.dtype``, model space), ``lse [nnz, num_qo_heads]``.
+
+    Example
+    -------
+    >>> # see tests/triton_ref/test_triton_interp.py (CPU, TRITON_INTERPRET=1)
+    """
+    spec = cache.spec
+    nnz, num_qo_heads, d = q.shape
+    h = spec.num_kv_heads
+    gqa = num_qo_heads // h
+    batch_size = qo_indptr.shape[0] - 1
+    result = out
+    if out is None or out.stride(-1) != 1:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty((nnz, num_qo_heads), dtype=torch.float32, device=q.device)
+    if nnz == 0:
+        return (result if result is not None else out), lse
+    q = q if q.stride(-1) == 1 else q.contiguous()
+    rot_k = rot_k.to(torch.float32)
+    rot_v = rot_v.to(torch.float32)
+    if rot_k.stride()[1:] != (d, 1) or rot_v.stride() != rot_k.stride():
+        rot_k, rot_v = rot_k.contiguous(), rot_v.contiguous()
+
+    seq_lens = seq_lens_from_page_table(kv_indptr, kv_last_page_len, spec.page_size)
+    qo = qo_indptr.long()
+    chunk = qo[1:] - qo[:-1]
+    batch_indices = torch.repeat_interleave(torch.arange(batch_size, device=q.device), chunk,
+                                            output_size=nnz)
+    positions = (torch.arange(nnz, device=q.device) - qo[batch_indices]
+                 + (seq_lens - chunk)[batch_indices])
+    batch_indices = batch_indices.to(torch.int32)
+    positions = positions.to(torch.int32)
+    table = (kv_indices, kv_indptr, kv_last_page_len, window_slots, rot_k, rot_v, k_clip, v_clip)
+    quantize_append_paged_kv_cache_triton(cache, append_key, append_value, batch_indices,
+                                          positions, *table, write_pages=True,
+                                          write_recent=False)
+    k_new = torch.einsum("nhd,hde->nhe", append_key.to(torch.float32), rot_k).to(torch.bfloat16)
+    v_new = torch.einsum("nhd,hde->nhe", append_value.to(torch.float32), rot_v).to(torch.bfloat16)
+
+    max_chunk = int(chunk.max())
+    gp = triton.next_power_of_2(gqa)
+    interp = interpret_mode(q.device)
+    block_m = 16 if interp else 64
+    block_q = max(1, block_m // gp)
+    block_n = 32 if interp else 64
+    sc = page_strides(cache.k_codes, spec.kv_layout)
+    sp = page_strides(cache.k_params, spec.kv_layout)
+    sw = cache.k_window.stride()
+    grid = (triton.cdiv(max_chunk, block_q), h, batch_size)
+    _paged_extend_kernel[grid](
+        q, q.stride(0), q.stride(1), rot_k, rot_v, rot_k.stride(0), rot_k.stride(1),
+        k_new, v_new, k_new.stride(0), k_new.stride(1),
+        cache.k_codes, cache.v_codes, *sc, cache.k_params, cache.v_params, *sp,
+        cache.k_window, cache.v_window, sw[0], sw[1], sw[2],
+        qo_indptr, kv_indptr, kv_indices, kv_last_page_len, window_slots,
+        out, out.stride(0), out.stride(1), lse, lse.stride(0),
+        float(sm_scale) * LOG2E,
+        PAGE_SIZE=spec.page_size, SINK=spec.sink_size, RECENT=spec.recent_size,
+        D=d, GQA=gqa, GP=gp, NG=spec.num_groups, BLOCK_Q=block_q, BLOCK_N=block_n,
+        DOT16=not interp, num_warps=4, num_stages=1,
+    )
+    quantize_append_paged_kv_cache_triton(cache, append_key, append_value, batch_indices,
+                                          positions, *table, write_pages=False,
+                                          write_recent=True)
+    if result is not None and result.data_ptr() != out.data_ptr():
+        result.copy_(out)
+        out = result
+    return out, lse
+
+
+__all__ = ["paged_extend_attention_triton"]
