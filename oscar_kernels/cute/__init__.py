@@ -1,9 +1,134 @@
-"""CuTe DSL Hopper kernels (the fast path). Not built yet: every op reports unsupported."""
+"""CuTe DSL Hopper kernels: the fast path of :mod:`oscar_kernels.ops` (``backend="cute"``).
+
+Implements ``decode`` (INT2/BF16 paged decode attention, :mod:`.int2_decode_sm90`) on sm_90;
+``append`` and ``extend`` raise :class:`UnsupportedConfigError` so ``backend="auto"`` falls
+back to Triton. Kernels JIT-compile when ``nvidia-cutlass-dsl`` is installed, else come from
+the prebuilt bundle (:mod:`._bundle`, built by ``python -m oscar_kernels.cute.aot build``).
+
+Importing this module needs neither torch's CUDA nor cutlass.
+"""
 
 from __future__ import annotations
 
-from ..errors import BackendUnavailableError
+import math
+
+from ..errors import BackendUnavailableError, UnsupportedConfigError
+from . import _bundle
+
+#: Largest GQA ratio (query heads per KV head): the QK MMA has 16 rows, 8 used.
+MAX_GROUP = 8
+#: Tokens per chunk; a chunk must lie inside one page.
+CHUNK = 16
+NUM_WARPS = 4
+#: Resident CTAs per SM the split heuristic aims for (159 registers x 128 threads -> 3).
+CTAS_PER_SM = 3
+MAX_SPLITS = 128
+HEAD_DIMS = (64, 128)
 
 
-def can_implement(op: str, **_config) -> None:
-    raise BackendUnavailableError("the CuTe backend has no kernels in this build")
+def can_implement(op: str, *, device, spec, num_qo_heads: int, dtype) -> None:
+    """Raise unless this backend can run ``op`` for this config on ``device``."""
+    import torch
+
+    if op != "decode":
+        raise UnsupportedConfigError(f"the CuTe backend implements decode only, not {op!r}")
+    if spec.head_dim not in HEAD_DIMS:
+        raise UnsupportedConfigError(f"head_dim: CuTe kernels exist for {HEAD_DIMS}, got {spec.head_dim}")
+    if spec.group_size != spec.head_dim:
+        raise UnsupportedConfigError(
+            f"group_size: the CuTe kernel needs one group per head (group_size == head_dim == "
+            f"{spec.head_dim}), got {spec.group_size}")
+    if spec.scale_dtype != torch.float16:
+        raise UnsupportedConfigError(f"scale_dtype: the CuTe kernel needs torch.float16, got {spec.scale_dtype}")
+    if spec.page_size % CHUNK != 0:
+        raise UnsupportedConfigError(
+            f"page_size: the CuTe kernel needs a multiple of {CHUNK}, got {spec.page_size}")
+    group = num_qo_heads // spec.num_kv_heads
+    if not 1 <= group <= MAX_GROUP:
+        raise UnsupportedConfigError(
+            f"num_qo_heads: GQA ratio 1..{MAX_GROUP} supported, got {num_qo_heads}/"
+            f"{spec.num_kv_heads} = {group}")
+    if dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise UnsupportedConfigError(f"dtype: bf16, fp16 or fp32 queries, got {dtype}")
+    if getattr(device, "type", str(device)) != "cuda" or not torch.cuda.is_available():
+        raise BackendUnavailableError(f"the CuTe backend needs a CUDA sm_90 device, got {device}")
+    cap = torch.cuda.get_device_capability(device)
+    if cap != (9, 0):
+        raise BackendUnavailableError(f"the CuTe backend needs sm_90 (H100/H200), got sm_{cap[0]}{cap[1]}")
+    dims = _bundle.available_head_dims()
+    if spec.head_dim not in dims:
+        raise BackendUnavailableError(f"head_dim: this build holds CuTe kernels for {dims} only, got {spec.head_dim}")
+
+
+def num_splits_for(batch_size: int, num_kv_heads: int, num_sms: int) -> int:
+    """CTAs per (sequence, KV head): enough to fill every SM ``CTAS_PER_SM`` times over.
+
+    Depends on shapes only (never on sequence lengths), so decode stays graph-capturable.
+    """
+    want = math.ceil(CTAS_PER_SM * num_sms / (batch_size * num_kv_heads))
+    return max(1, min(MAX_SPLITS, want))
+
+
+def _row_strides(spec) -> tuple[int, int, int]:
+    """(page, slot, head) strides in rows of ``head_dim / 4`` code bytes."""
+    if spec.kv_layout == "NHD":
+        return spec.page_size * spec.num_kv_heads, spec.num_kv_heads, 1
+    return spec.num_kv_heads * spec.page_size, 1, spec.page_size
+
+
+def decode(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots, rot_k, rot_v,
+           sm_scale, *, out=None, num_splits: int | None = None):
+    """Backend entry of :func:`oscar_kernels.ops.paged_decode_attention` (inputs validated).
+
+    ``q [batch_size, num_qo_heads, head_dim]``; returns ``(o, lse)``: ``o`` of q's dtype in
+    the model's space (written into ``out`` when given), ``lse [batch_size, num_qo_heads]``
+    float32 natural log. No host synchronization; every launch is graph-capturable.
+    """
+    import torch
+
+    spec = cache.spec
+    batch_size, num_qo_heads, d = q.shape
+    h = spec.num_kv_heads
+    group = num_qo_heads // h
+    dev = q.device
+    # q' = q @ R_K (per KV head), bf16 for the tensor cores
+    q_rot = torch.matmul(q.float().view(batch_size, h, group, d), rot_k)
+    q_rot = q_rot.to(torch.bfloat16).contiguous()
+    if num_splits is None:
+        num_splits = num_splits_for(batch_size, h, torch.cuda.get_device_properties(dev)
+                                    .multi_processor_count)
+    nsw = num_splits * NUM_WARPS
+    o_part = torch.empty(batch_size, num_qo_heads, nsw, d, dtype=torch.float32, device=dev)
+    lse_part = torch.empty(batch_size, num_qo_heads, nsw, dtype=torch.float32, device=dev)
+    sp, ss, sh = _row_strides(spec)
+    ptrs = [q_rot, cache.k_codes, cache.k_params, cache.v_codes, cache.v_params, cache.k_window,
+            cache.v_window, kv_indptr, kv_indices, kv_last_page_len, window_slots, o_part,
+            lse_part]
+    ints = [batch_size, h, group, spec.page_size, sp, ss, sh, spec.sink_size, spec.recent_size,
+            num_splits]
+    launch = _bundle.get_kernel(d)
+    stream = torch.cuda.current_stream(dev).cuda_stream
+    with torch.cuda.device(dev):
+        launch(*[t.data_ptr() for t in ptrs], *ints, float(sm_scale) * math.log2(math.e), stream)
+    # merge the per-warp splits (base-2 lse), then o @ R_V^T
+    m = lse_part.amax(dim=-1, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    w = torch.exp2(lse_part - m)
+    tot = w.sum(dim=-1)
+    o_rot = torch.einsum("bhs,bhsd->bhd", w, o_part) / tot.clamp_min(1e-30)[..., None]
+    lse = torch.where(tot > 0, (m[..., 0] + torch.log2(tot)) * math.log(2.0),
+                      torch.full_like(tot, -math.inf))
+    o = torch.matmul(o_rot.view(batch_size, h, group, d), rot_v.transpose(-1, -2))
+    o = o.view(batch_size, num_qo_heads, d)
+    if out is not None:
+        out.copy_(o)
+        return out, lse
+    return o.to(q.dtype), lse
+
+
+def append(*_args, **_kwargs):
+    raise UnsupportedConfigError("the CuTe backend does not implement append (use triton)")
+
+
+def extend(*_args, **_kwargs):
+    raise UnsupportedConfigError("the CuTe backend does not implement extend (use triton)")

@@ -1,0 +1,146 @@
+"""Find and load the CuTe kernels: JIT through ``nvidia-cutlass-dsl`` when it is installed,
+else the ahead-of-time bundle built by :mod:`oscar_kernels.cute.aot`.
+
+A bundle is a directory with ``manifest.json`` and one ``lib<name>.so`` per kernel (C ABI
+``int <name>_load(void)``, ``int <name>_run(int64 x13, int32 x10, float, void *stream)``).
+The directory is ``$OSCAR_CUTE_BUNDLE`` when set, else ``oscar_kernels/cute/prebuilt``.
+``OSCAR_CUTE_MODE=bundle`` or ``=jit`` forces one source. Nothing here needs a GPU to
+import; loading a library needs ``libcudart.so.13`` (import torch first, it loads it).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import json
+import logging
+import os
+import threading
+from typing import Callable
+
+from ..errors import BackendUnavailableError
+
+log = logging.getLogger(__name__)
+
+BUNDLE_FORMAT = 1
+#: Argument kinds of every decode kernel, in order (13 pointers, 10 ints, 1 float, stream).
+NUM_PTR_ARGS, NUM_INT_ARGS = 13, 10
+_ARGTYPES = ([ctypes.c_int64] * NUM_PTR_ARGS + [ctypes.c_int32] * NUM_INT_ARGS
+             + [ctypes.c_float, ctypes.c_void_p])
+
+_lock = threading.Lock()
+_cache: dict[str, Callable] = {}
+
+
+def bundle_dir() -> str:
+    return os.environ.get("OSCAR_CUTE_BUNDLE") or os.path.join(os.path.dirname(__file__),
+                                                                "prebuilt")
+
+
+def kernel_name(head_dim: int) -> str:
+    return f"int2_decode_sm90_d{head_dim}"
+
+
+def cutlass_available() -> bool:
+    return importlib.util.find_spec("cutlass") is not None
+
+
+def mode() -> str:
+    """``"jit"`` or ``"bundle"``: where kernels come from in this process."""
+    forced = os.environ.get("OSCAR_CUTE_MODE", "")
+    if forced in ("jit", "bundle"):
+        return forced
+    return "jit" if cutlass_available() else "bundle"
+
+
+def read_manifest(path: str | None = None) -> dict:
+    """Parse and check ``manifest.json`` of a bundle; raise BackendUnavailableError."""
+    path = path or bundle_dir()
+    mf = os.path.join(path, "manifest.json")
+    if not os.path.isfile(mf):
+        raise BackendUnavailableError(
+            f"no CuTe bundle at {path!r} (manifest.json missing) and nvidia-cutlass-dsl is not "
+            "installed; build one with `python -m oscar_kernels.cute.aot build`")
+    try:
+        with open(mf) as f:
+            manifest = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise BackendUnavailableError(f"unreadable CuTe bundle manifest {mf!r}: {exc}") from exc
+    if not isinstance(manifest, dict) or manifest.get("bundle_format") != BUNDLE_FORMAT:
+        raise BackendUnavailableError(
+            f"CuTe bundle {mf!r}: expected bundle_format {BUNDLE_FORMAT}, got "
+            f"{manifest.get('bundle_format') if isinstance(manifest, dict) else manifest!r}")
+    kernels = manifest.get("kernels")
+    if not isinstance(kernels, dict):
+        raise BackendUnavailableError(f"CuTe bundle {mf!r}: 'kernels' is not an object")
+    return manifest
+
+
+def available_head_dims() -> tuple[int, ...]:
+    """Head dims with a kernel in this process (raises BackendUnavailableError if none)."""
+    if mode() == "jit":
+        return (64, 128)
+    manifest = read_manifest()
+    dims = []
+    for name, entry in manifest["kernels"].items():
+        lib = os.path.join(bundle_dir(), str(entry.get("library", "")))
+        if entry.get("op") == "decode" and os.path.isfile(lib):
+            dims.append(int(entry["head_dim"]))
+    if not dims:
+        raise BackendUnavailableError(f"CuTe bundle {bundle_dir()!r} holds no decode kernel")
+    return tuple(sorted(dims))
+
+
+def _load_bundle_kernel(head_dim: int) -> Callable:
+    name = kernel_name(head_dim)
+    manifest = read_manifest()
+    entry = manifest["kernels"].get(name)
+    if entry is None:
+        raise BackendUnavailableError(f"CuTe bundle {bundle_dir()!r} has no kernel {name!r}")
+    path = os.path.join(bundle_dir(), entry["library"])
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as exc:
+        raise BackendUnavailableError(f"cannot load {path!r}: {exc}") from exc
+    load = getattr(lib, f"{name}_load")
+    load.restype = ctypes.c_int
+    run = getattr(lib, f"{name}_run")
+    run.restype = ctypes.c_int
+    run.argtypes = _ARGTYPES
+    rc = load()
+    if rc != 0:
+        raise BackendUnavailableError(f"{path}: loading the CUDA module failed (cudaError {rc})")
+
+    def launch(*args) -> None:
+        rc = run(*args)
+        if rc != 0:
+            raise RuntimeError(f"{name}: launch failed with status {rc}")
+
+    log.info("oscar_kernels.cute: loaded %s from the bundle %s", name, path)
+    return launch
+
+
+def _load_jit_kernel(head_dim: int) -> Callable:
+    os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+    import cuda.bindings.driver as cuda
+
+    from .int2_decode_sm90 import Int2DecodeConfig, compile_decode
+
+    compiled = compile_decode(Int2DecodeConfig(head_dim=head_dim))
+
+    def launch(*args) -> None:
+        *rest, stream = args
+        compiled(*rest, cuda.CUstream(stream))
+
+    return launch
+
+
+def get_kernel(head_dim: int) -> Callable:
+    """The launcher ``f(*13 pointers, *10 ints, scale_log2, stream_handle)`` (cached)."""
+    key = f"{mode()}:{head_dim}"
+    with _lock:
+        fn = _cache.get(key)
+        if fn is None:
+            fn = _load_jit_kernel(head_dim) if mode() == "jit" else _load_bundle_kernel(head_dim)
+            _cache[key] = fn
+    return fn

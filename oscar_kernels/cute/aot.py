@@ -1,0 +1,123 @@
+"""Ahead-of-time build of the CuTe DSL kernels into a small prebuilt bundle.
+
+Runs on a machine without a GPU (``CUTE_DSL_ARCH=sm_90a``), in an environment with
+``nvidia-cutlass-dsl`` (Python 3.12, the cu13 flavour) and a CUDA 13 toolkit
+(``cuda_runtime.h`` and ``libcudart.so`` for the link)::
+
+    CUTE_DSL_ARCH=sm_90a /work/cute13/bin/python -m oscar_kernels.cute.aot build \\
+        --out oscar_kernels/cute/prebuilt --cuda /usr/local/cuda-13.0
+
+For every static compile key (``head_dim`` in {64, 128}) it calls ``cute.compile``,
+``export_to_c`` (an object file embedding the sm_90a cubin), then links a ~40 KB shared
+library with a two-function C ABI::
+
+    int <name>_load(void);                    /* cudaError_t of loading the module */
+    int <name>_run(int64 x13, int32 x10, float, void *stream);
+
+against the DSL's ``libcuda_dialect_runtime_static.a`` and ``libcudart.so.13`` (loaded by
+torch on the GPU machine). ``manifest.json`` lists the kernels; the package's loader
+(:mod:`oscar_kernels.cute._bundle`) reads it. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+BUNDLE_FORMAT = 1
+HEAD_DIMS = (64, 128)
+
+
+def _runtime_lib() -> str:
+    import nvidia_cutlass_dsl  # the package that produced the object files
+
+    base = os.path.dirname(list(nvidia_cutlass_dsl.__path__)[0] + "/")
+    for flavour in ("cu13", "cu12"):
+        path = os.path.join(base, flavour, "lib", "libcuda_dialect_runtime_static.a")
+        if os.path.exists(path):
+            return path
+    raise FileNotFoundError("libcuda_dialect_runtime_static.a not found in nvidia_cutlass_dsl")
+
+
+def _link(out_dir: str, name: str, cuda_home: str) -> str:
+    """Wrap ``name.o`` (export_to_c) into ``lib<name>.so`` exporting ``<name>_load/_run``."""
+    header = open(os.path.join(out_dir, name + ".h")).read()
+    wrapper = f"cute_dsl_{name}_wrapper("
+    start = header.index(wrapper) + len(wrapper)
+    params = [p.strip() for p in header[start:header.index(")", start)].split(",")][1:]
+    sig, call = [], []
+    for p in params:
+        ctype, pname = p.rsplit(" ", 1)
+        if ctype == "cudaStream_t":
+            sig.append(f"void *{pname}")
+            call.append(f"(cudaStream_t){pname}")
+        else:
+            sig.append(p)
+            call.append(pname)
+    shim = os.path.join(out_dir, f"{name}_shim.c")
+    with open(shim, "w") as f:
+        f.write(f'#include "{name}.h"\nstatic {name}_Kernel_Module_t g_mod;\n'
+                f"static int g_loaded = 0;\n"
+                f"int {name}_load(void) {{\n  if (!g_loaded) {{ cudaGetLastError(); "
+                f"{name}_Kernel_Module_Load(&g_mod); g_loaded = 1; }}\n"
+                f"  return (int)cudaGetLastError();\n}}\n"
+                f"int {name}_run({', '.join(sig)}) {{\n"
+                f"  return cute_dsl_{name}_wrapper(&g_mod, {', '.join(call)});\n}}\n")
+    vmap = os.path.join(out_dir, f".{name}.map")
+    with open(vmap, "w") as f:
+        f.write(f"{{ global: {name}_load; {name}_run; local: *; }};\n")
+    lib = os.path.join(out_dir, f"lib{name}.so")
+    cmd = ["gcc", "-O2", "-shared", "-fPIC", f"-I{cuda_home}/include", f"-I{out_dir}", shim,
+           os.path.join(out_dir, name + ".o"), _runtime_lib(), f"-L{cuda_home}/lib64", "-lcudart",
+           "-Wl,--no-undefined", f"-Wl,--version-script={vmap}", "-s", "-o", lib]
+    subprocess.run(cmd, check=True)
+    for path in (vmap, shim, os.path.join(out_dir, name + ".o"), os.path.join(out_dir, name + ".h")):
+        os.remove(path)
+    return lib
+
+
+def build(out_dir: str, cuda_home: str, head_dims=HEAD_DIMS) -> dict:
+    """Compile, export and link every kernel into ``out_dir``; return the manifest."""
+    os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+    if os.environ["CUTE_DSL_ARCH"] != "sm_90a":
+        raise ValueError(f"CUTE_DSL_ARCH: expected sm_90a, got {os.environ['CUTE_DSL_ARCH']}")
+    from .int2_decode_sm90 import Int2DecodeConfig, compile_decode
+
+    os.makedirs(out_dir, exist_ok=True)
+    kernels = {}
+    for d in head_dims:
+        cfg = Int2DecodeConfig(head_dim=d)
+        compiled = compile_decode(cfg)
+        compiled.export_to_c(out_dir, cfg.name)
+        lib = _link(out_dir, cfg.name, cuda_home)
+        kernels[cfg.name] = {"op": "decode", "head_dim": d, "library": os.path.basename(lib),
+                             "arch": "sm_90a"}
+    import cutlass  # noqa: F401  (version for the manifest)
+    from importlib.metadata import version
+
+    manifest = {"bundle_format": BUNDLE_FORMAT, "cutlass_dsl": version("nvidia-cutlass-dsl"),
+                "cuda_runtime": "libcudart.so.13", "kernels": kernels}
+    with open(os.path.join(out_dir, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=2, sort_keys=True)
+        f.write("\n")
+    return manifest
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m oscar_kernels.cute.aot")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="compile the kernels into a prebuilt bundle")
+    b.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "prebuilt"))
+    b.add_argument("--cuda", default=os.environ.get("CUDA_HOME", "/usr/local/cuda-13.0"))
+    b.add_argument("--head-dims", type=int, nargs="+", default=list(HEAD_DIMS))
+    a = ap.parse_args(argv)
+    manifest = build(os.path.abspath(a.out), a.cuda, tuple(a.head_dims))
+    sys.stdout.write(json.dumps(manifest, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""Timing of the CuTe INT2 decode kernel (and the Triton INT2 kernel) on synthetic caches.
+
+    PYTHONPATH=. python -m oscar_kernels.cute.bench --model qwen3-8b --batch 1 8 \\
+        --context 8192 32768 --out perf/results/cute_decode_smoke
+
+Caches hold random codes, positive random fp16 scales and BF16 windows (timing does not
+depend on the values). Each op is timed by perf/harness.py (CUDA-graph replay, cold L2,
+median). Bytes are what the kernel must read: INT2 codes+params of every INT2-region
+token, BF16 window rows, plus q and o.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+
+import torch
+
+MODELS = {"qwen3-8b": (32, 8, 128), "llama3-70b-tp8": (8, 1, 128), "smollm2": (9, 3, 64)}
+
+
+def make_cache(spec, batch_size: int, seq_len: int, dev):
+    from oscar_kernels import Int2PagedKVCache
+
+    pages_per_seq = -(-seq_len // spec.page_size)
+    num_pages = batch_size * pages_per_seq
+    cache = Int2PagedKVCache.allocate(spec, num_pages, batch_size, device=dev)
+    for name in ("k_codes", "v_codes"):
+        getattr(cache, name).view(torch.int32).random_()
+    for name in ("k_params", "v_params"):
+        t = getattr(cache, name)
+        t[..., 0].uniform_(0.05, 0.5)
+        t[..., 1].uniform_(-1.0, 0.0)
+    cache.k_window.normal_()
+    cache.v_window.normal_()
+    perm = torch.randperm(num_pages, device=dev).to(torch.int32)
+    kv_indptr = (torch.arange(batch_size + 1, device=dev) * pages_per_seq).to(torch.int32)
+    last = (seq_len - 1) % spec.page_size + 1
+    kv_last = torch.full((batch_size,), last, dtype=torch.int32, device=dev)
+    slots = torch.arange(batch_size, dtype=torch.int32, device=dev)
+    return cache, (kv_indptr, perm, kv_last, slots)
+
+
+def bytes_moved(spec, batch_size: int, seq_len: int, num_qo_heads: int) -> int:
+    win = min(seq_len, spec.sink_size) + max(0, min(seq_len, spec.recent_size)
+                                             - max(0, spec.sink_size - (seq_len - spec.recent_size)))
+    win = min(seq_len, win)
+    int2 = seq_len - win
+    per_tok_int2 = 2 * spec.num_kv_heads * (spec.packed_dim + 4 * spec.num_groups)
+    per_tok_bf16 = 2 * spec.num_kv_heads * spec.head_dim * 2
+    qo = 2 * num_qo_heads * spec.head_dim * 2
+    return batch_size * (int2 * per_tok_int2 + win * per_tok_bf16 + qo)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="qwen3-8b", choices=sorted(MODELS))
+    ap.add_argument("--batch", type=int, nargs="+", default=[1, 8, 32, 128])
+    ap.add_argument("--context", type=int, nargs="+", default=[8192, 32768, 65536, 131072])
+    ap.add_argument("--page-size", type=int, default=16)
+    ap.add_argument("--backends", nargs="+", default=["cute", "triton"])
+    ap.add_argument("--max-bytes", type=float, default=40e9)
+    ap.add_argument("--rep", type=int, default=30)
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args(argv)
+    sys.path.insert(0, os.getcwd())
+    from perf.harness import env_header, measure_read_bandwidth, time_cuda, tbps
+
+    from oscar_kernels import CacheSpec, LayerRotation, ops
+
+    dev = torch.device("cuda")
+    hq, h, d = MODELS[a.model]
+    spec = CacheSpec(num_kv_heads=h, head_dim=d, page_size=a.page_size)
+    rot = LayerRotation.hadamard(d).to(dev)
+    ceiling = measure_read_bandwidth(2 << 30)
+    rows = []
+    for b in a.batch:
+        for n in a.context:
+            if spec.int2_bytes_per_token * b * n > a.max_bytes:
+                continue
+            cache, table = make_cache(spec, b, n, dev)
+            q = torch.randn(b, hq, d, dtype=torch.bfloat16, device=dev)
+            nbytes = bytes_moved(spec, b, n, hq)
+            row = {"model": a.model, "batch": b, "context": n, "page_size": a.page_size,
+                   "bytes": nbytes}
+            for be in a.backends:
+                out = torch.empty_like(q)
+                try:
+                    fn = lambda: ops.paged_decode_attention(q, cache, *table, rot, out=out,  # noqa
+                                                            backend=be, check_bounds=False)
+                    fn()
+                    t = time_cuda(fn, warmup=5, rep=a.rep, graph=True, cold_l2=True)
+                    row[f"{be}_ms"] = t["median_ms"]
+                    row[f"{be}_TBps"] = tbps(nbytes, t["median_ms"])
+                    row[f"{be}_frac"] = tbps(nbytes, t["median_ms"]) / ceiling["read_TBps"]
+                except Exception as exc:  # noqa: BLE001  (a row records the failure)
+                    row[f"{be}_error"] = f"{type(exc).__name__}: {exc}"[:300]
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            del cache, table
+            torch.cuda.empty_cache()
+    result = {"header": env_header(" ".join(sys.argv)), "ceiling": ceiling, "rows": rows}
+    if a.out:
+        os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
+        with open(a.out + ".json", "w") as f:
+            json.dump(result, f, indent=2)
+    print(json.dumps(ceiling))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""CuTe backend logic that runs without a GPU: bundle manifest/loader, can_implement errors,
+auto fallback, split planning. The kernels themselves are tested in test_cute_gpu.py."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import torch
+
+from oscar_kernels import CacheSpec, cute
+from oscar_kernels.cute import _bundle
+from oscar_kernels.errors import BackendUnavailableError, UnsupportedConfigError
+
+
+def _cfg(**kw):
+    spec = CacheSpec(**{"num_kv_heads": 8, "head_dim": 128, "page_size": 16, **kw})
+    return {"device": torch.device("cpu"), "spec": spec, "num_qo_heads": 32,
+            "dtype": torch.bfloat16}
+
+
+@pytest.mark.parametrize("op", ["append", "extend"])
+def test_only_decode_is_implemented(op):
+    with pytest.raises(UnsupportedConfigError, match="decode only"):
+        cute.can_implement(op, **_cfg())
+    with pytest.raises(UnsupportedConfigError):
+        getattr(cute, op)()
+
+
+def test_cpu_device_is_unavailable():
+    with pytest.raises(BackendUnavailableError, match="sm_90"):
+        cute.can_implement("decode", **_cfg())
+
+
+def test_prebuilt_manifest_lists_both_head_dims(monkeypatch):
+    monkeypatch.delenv("OSCAR_CUTE_BUNDLE", raising=False)
+    manifest = _bundle.read_manifest()
+    kernels = manifest["kernels"]
+    assert {k["head_dim"] for k in kernels.values()} == {64, 128}
+    for entry in kernels.values():
+        assert entry["arch"] == "sm_90a"
+        import os
+        assert os.path.getsize(os.path.join(_bundle.bundle_dir(), entry["library"])) < 2 << 20
+
+
+def test_missing_or_bad_bundle_is_a_typed_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("OSCAR_CUTE_BUNDLE", str(tmp_path))
+    monkeypatch.setenv("OSCAR_CUTE_MODE", "bundle")
+    with pytest.raises(BackendUnavailableError, match="manifest.json missing"):
+        _bundle.available_head_dims()
+    (tmp_path / "manifest.json").write_text(json.dumps({"bundle_format": 99, "kernels": {}}))
+    with pytest.raises(BackendUnavailableError, match="bundle_format"):
+        _bundle.read_manifest()
+    (tmp_path / "manifest.json").write_text("{not json")
+    with pytest.raises(BackendUnavailableError, match="unreadable"):
+        _bundle.read_manifest()
+    (tmp_path / "manifest.json").write_text(json.dumps({"bundle_format": 1, "kernels": {
+        "int2_decode_sm90_d128": {"op": "decode", "head_dim": 128, "library": "libnone.so"}}}))
+    with pytest.raises(BackendUnavailableError, match="no decode kernel"):
+        _bundle.available_head_dims()
+
+
+def test_mode_can_be_forced(monkeypatch):
+    monkeypatch.setenv("OSCAR_CUTE_MODE", "bundle")
+    assert _bundle.mode() == "bundle"
+    monkeypatch.setenv("OSCAR_CUTE_MODE", "jit")
+    assert _bundle.mode() == "jit"
+
+
+@pytest.mark.parametrize("batch_size,num_kv_heads,want", [(1, 8, 50), (1, 1, 128), (128, 8, 1),
+                                                          (8, 8, 7)])
+def test_num_splits_depends_on_shapes_only(batch_size, num_kv_heads, want):
+    assert cute.num_splits_for(batch_size, num_kv_heads, 132) == want
+
+
+def test_auto_falls_back_from_cute_on_cpu(caplog):
+    from oscar_kernels.ops import _dispatch
+
+    with caplog.at_level(logging.WARNING):
+        name, _ = _dispatch("decode", "auto", torch.device("cpu"), {
+            "spec": CacheSpec(num_kv_heads=2, head_dim=64, page_size=16), "num_qo_heads": 4,
+            "dtype": torch.float32})
+    assert name == "reference"
+    with pytest.raises(BackendUnavailableError):
+        _dispatch("decode", "cute", torch.device("cpu"), {
+            "spec": CacheSpec(num_kv_heads=2, head_dim=64, page_size=16), "num_qo_heads": 4,
+            "dtype": torch.float32})
+
+
+@pytest.mark.parametrize("kw,num_qo_heads,match", [
+    ({"head_dim": 32}, 32, "head_dim"),
+    ({"group_size": 32}, 32, "group_size"),
+    ({"scale_dtype": torch.float32}, 32, "scale_dtype"),
+    ({"page_size": 1}, 32, "page_size"),
+    ({"page_size": 24}, 32, "page_size"),
+    ({}, 128, "GQA ratio"),
+])
+def test_unsupported_configs_are_typed(kw, num_qo_heads, match):
+    cfg = _cfg(**kw)
+    cfg["num_qo_heads"] = num_qo_heads
+    with pytest.raises(UnsupportedConfigError, match=match):
+        cute.can_implement("decode", **cfg)

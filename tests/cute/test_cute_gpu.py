@@ -1,0 +1,182 @@
+"""CuTe INT2 decode kernel on an H100/H200 against the reference (``-m gpu``).
+
+The reference (oscar_kernels.reference, float32) runs on the same GPU tensors. A kernel
+passes when its error against the reference is within twice the error of a plain bf16
+torch computation of the same attention on the same dequantized values (plus a tiny
+absolute floor), per sequence. Outputs are poisoned (NaN) before every kernel run.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from helpers import make_page_table, poisoned_cache, random_rotation, i32
+from oscar_kernels import CacheSpec, ops
+from oscar_kernels.errors import BackendUnavailableError
+
+pytestmark = pytest.mark.gpu
+
+
+def _sm90() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+needs_sm90 = pytest.mark.skipif(not _sm90(), reason="the CuTe kernel needs an sm_90 GPU")
+
+
+def _fill(spec, seq_lens, gen, num_qo_heads, dev):
+    kv_indptr, kv_indices, kv_last, num_pages = make_page_table(seq_lens, spec.page_size, gen)
+    cache = poisoned_cache(spec, num_pages, len(seq_lens) + 2, device=dev)
+    slots = torch.randperm(len(seq_lens) + 2, generator=gen)[: len(seq_lens)].to(torch.int32)
+    rot = random_rotation(spec.num_kv_heads, spec.head_dim, gen, per_head=True)
+    n = sum(seq_lens)
+    k = torch.randn(n, spec.num_kv_heads, spec.head_dim, generator=gen).to(torch.bfloat16)
+    v = torch.randn(n, spec.num_kv_heads, spec.head_dim, generator=gen).to(torch.bfloat16)
+    b = torch.repeat_interleave(torch.arange(len(seq_lens)), torch.tensor(seq_lens)).to(torch.int32)
+    p = torch.cat([torch.arange(x) for x in seq_lens]).to(torch.int32)
+    table = [t.to(dev) for t in (kv_indptr, kv_indices, kv_last, slots)]
+    rot = rot.to(dev) if hasattr(rot, "to") else rot
+    ops.quantize_append_paged_kv_cache(k.to(dev), v.to(dev), b.to(dev), p.to(dev), cache,
+                                       table[1], table[0], table[2], table[3], rot,
+                                       backend="reference")
+    q = torch.randn(len(seq_lens), num_qo_heads, spec.head_dim, generator=gen).to(torch.bfloat16)
+    return cache, table, rot, q.to(dev)
+
+
+def _bf16_attention(q, cache, table, rot, sm_scale):
+    """Plain bf16 torch decode on the reference's dequantized/window values (error yardstick)."""
+    from oscar_kernels.reference.paged import _sequence_kv, rotate_queries, unrotate_output
+    from oscar_kernels.spec import seq_lens_from_page_table
+
+    spec = cache.spec
+    kv_indptr, kv_indices, kv_last, slots = table
+    rot_k, rot_v = rot.per_head(spec.num_kv_heads)
+    lens = seq_lens_from_page_table(kv_indptr.cpu(), kv_last.cpu(), spec.page_size)
+    qr = rotate_queries(q, rot_k).to(torch.bfloat16)
+    out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    g = q.shape[1] // spec.num_kv_heads
+    for b in range(q.shape[0]):
+        n = int(lens[b])
+        if n == 0:
+            continue
+        k_int2, v_int2, k_full, v_full = _sequence_kv(cache, b, n, kv_indices.cpu(),
+                                                      kv_indptr.cpu(), slots.cpu())
+        pos = torch.arange(n, device=q.device)
+        full = (pos < spec.sink_size) | (pos >= n - spec.recent_size)
+        kk = torch.where(full[:, None, None], k_full, k_int2).to(torch.bfloat16)
+        vv = torch.where(full[:, None, None], v_full, v_int2).to(torch.bfloat16)
+        kk = kk.repeat_interleave(g, dim=1).transpose(0, 1)    # [Hq, L, D]
+        vv = vv.repeat_interleave(g, dim=1).transpose(0, 1)
+        s = torch.matmul(qr[b][:, None, :], kk.transpose(1, 2))[:, 0] * sm_scale
+        p = torch.softmax(s.float(), dim=-1).to(torch.bfloat16)
+        out[b] = torch.matmul(p[:, None, :], vv)[:, 0].float()
+    return unrotate_output(out, rot_v)
+
+
+def _check(spec, seq_lens, gqa, seed, *, dtype=torch.bfloat16):
+    dev = torch.device("cuda")
+    gen = torch.Generator().manual_seed(seed)
+    hq = spec.num_kv_heads * gqa
+    cache, table, rot, q = _fill(spec, seq_lens, gen, hq, dev)
+    q = q.to(dtype)
+    kv_indptr, kv_indices, kv_last, slots = table
+    scale = spec.head_dim ** -0.5
+    ref, ref_lse = ops.paged_decode_attention(q, cache, kv_indptr, kv_indices, kv_last, slots,
+                                              rot, backend="reference", return_lse=True)
+    ref32, _ = __import__("oscar_kernels.reference.paged", fromlist=["paged_decode"]).paged_decode(
+        q, cache, kv_indptr, kv_indices, kv_last, slots, *rot.per_head(spec.num_kv_heads), scale)
+    out = torch.full(q.shape, float("nan"), dtype=q.dtype, device=dev)
+    got, lse = ops.paged_decode_attention(q, cache, kv_indptr, kv_indices, kv_last, slots, rot,
+                                          out=out, backend="cute", return_lse=True)
+    torch.cuda.synchronize()
+    assert got.data_ptr() == out.data_ptr()
+    yard = _bf16_attention(q, cache, table, rot, scale)
+    for b, n in enumerate(seq_lens):
+        if n == 0:
+            assert bool((got[b] == 0).all()) and bool(torch.isinf(lse[b]).all())
+            continue
+        err = (got[b].double() - ref32[b].double()).norm()
+        base = (yard[b].double() - ref32[b].double()).norm()
+        floor = 1e-3 * ref32[b].double().norm()
+        assert bool(torch.isfinite(got[b]).all()), (b, n)
+        assert err <= 2 * base + floor, (b, n, float(err), float(base))
+        assert torch.allclose(lse[b], ref_lse[b], atol=2e-2, rtol=2e-3), (b, n, lse[b], ref_lse[b])
+
+
+BOUNDARY_LENS = [1, 15, 16, 17, 63, 64, 65, 113, 319, 320, 321, 337, 1023, 4100]
+
+
+@needs_sm90
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("gqa", [1, 3, 4, 8])
+@pytest.mark.parametrize("page_size,layout", [(16, "NHD"), (64, "HND"), (32, "NHD")])
+def test_cute_decode_boundaries(head_dim, gqa, page_size, layout):
+    spec = CacheSpec(num_kv_heads=2, head_dim=head_dim, page_size=page_size, kv_layout=layout)
+    _check(spec, BOUNDARY_LENS, gqa, seed=head_dim * 100 + gqa * 10 + page_size)
+
+
+@needs_sm90
+@pytest.mark.parametrize("sink,recent", [(0, 0), (64, 256), (7, 33), (0, 256), (64, 0)])
+def test_cute_decode_window_sizes(sink, recent):
+    spec = CacheSpec(num_kv_heads=2, head_dim=128, page_size=16, sink_size=sink,
+                     recent_size=recent)
+    _check(spec, [1, 40, 300, 2000], 4, seed=sink * 7 + recent)
+
+
+@needs_sm90
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_cute_decode_query_dtypes(dtype):
+    spec = CacheSpec(num_kv_heads=1, head_dim=128, page_size=64)
+    _check(spec, [700, 3000], 8, seed=5, dtype=dtype)
+
+
+@needs_sm90
+def test_cute_decode_batch_256():
+    gen = torch.Generator().manual_seed(7)
+    lens = torch.randint(1, 1500, (256,), generator=gen).tolist()
+    lens[3] = 0
+    spec = CacheSpec(num_kv_heads=2, head_dim=128, page_size=16)
+    _check(spec, lens, 4, seed=11)
+
+
+@needs_sm90
+def test_cute_decode_batch_1_long():
+    spec = CacheSpec(num_kv_heads=8, head_dim=128, page_size=64)
+    _check(spec, [33000], 4, seed=3)
+
+
+@needs_sm90
+def test_cute_decode_cuda_graph():
+    dev = torch.device("cuda")
+    gen = torch.Generator().manual_seed(9)
+    spec = CacheSpec(num_kv_heads=2, head_dim=128, page_size=16)
+    cache, table, rot, q = _fill(spec, [500, 2000, 77], gen, 8, dev)
+    out = torch.empty_like(q)
+
+    def step():
+        ops.paged_decode_attention(q, cache, *table, rot, out=out, backend="cute",
+                                   check_bounds=False)
+
+    step()
+    torch.cuda.synchronize()
+    want = out.clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, want)
+
+
+@needs_sm90
+def test_auto_picks_cute_on_sm90():
+    from oscar_kernels.ops import _dispatch
+
+    spec = CacheSpec(num_kv_heads=2, head_dim=128, page_size=16)
+    name, _ = _dispatch("decode", "auto", torch.device("cuda"),
+                        {"spec": spec, "num_qo_heads": 8, "dtype": torch.bfloat16})
+    assert name == "cute"
