@@ -397,6 +397,119 @@ def _random_orthogonal(d: int, gen: torch.Generator) -> torch.Tensor:
     return (qm * torch.sign(torch.diagonal(r))[None, :]).to(torch.float32)
 
 
+# ---------------------------------------------------------------- fused elementwise kernels
+# The non-attention part of a step is a handful of GEMMs plus elementwise work; in plain
+# torch the elementwise part is ~40 tiny kernels per layer, which at batch 1 costs as much
+# as streaming the weights. A serving engine fuses them; so does this stack (``--fused``,
+# the default on CUDA): residual add + RMSNorm, q/k RMSNorm + RoPE + the q/k/v split, and
+# SiLU * up are one Triton kernel each. The torch path (CPU, ``--no-fused``) is the
+# oracle the CPU test compares them against under ``TRITON_INTERPRET=1``.
+try:
+    import triton
+    import triton.language as tl
+    _TRITON = True
+except ImportError:  # the torch path still runs
+    _TRITON = False
+
+if _TRITON:
+    @triton.jit
+    def _add_rmsnorm_kernel(x_ptr, d_ptr, w_ptr, out_ptr, n, eps, HAS_D: tl.constexpr,
+                            BLOCK: tl.constexpr):
+        """Row ``b``: ``x += d`` (stored, bf16), ``out = rmsnorm(x) * w``."""
+        row = tl.program_id(0).to(tl.int64)
+        offs = tl.arange(0, BLOCK)
+        m = offs < n
+        x = tl.load(x_ptr + row * n + offs, mask=m, other=0.0).to(tl.float32)
+        if HAS_D:
+            x = x + tl.load(d_ptr + row * n + offs, mask=m, other=0.0).to(tl.float32)
+            x = x.to(tl.bfloat16)
+            tl.store(x_ptr + row * n + offs, x, mask=m)
+            x = x.to(tl.float32)
+        r = tl.rsqrt(tl.sum(x * x, axis=0) / n + eps)
+        w = tl.load(w_ptr + offs, mask=m, other=0.0).to(tl.float32)
+        tl.store(out_ptr + row * n + offs, (x * r * w).to(tl.bfloat16), mask=m)
+
+    @triton.jit
+    def _qkv_norm_rope_kernel(qkv_ptr, pos_ptr, qn_ptr, kn_ptr, q_ptr, k_ptr, v_ptr,
+                              num_qo_heads, num_kv_heads, eps, log2_theta,
+                              D: tl.constexpr):
+        """Program ``(b, head)`` of ``qkv [B, (Hq + 2H) * D]``: q/k heads get RMSNorm
+        (rounded to bf16, as the torch path) then neox RoPE at ``pos[b]``; v heads are
+        copied. Writes ``q [B, Hq, D]``, ``k [B, H, D]``, ``v [B, H, D]``."""
+        b = tl.program_id(0).to(tl.int64)
+        hd = tl.program_id(1)
+        half: tl.constexpr = D // 2
+        i = tl.arange(0, half)
+        row = qkv_ptr + (b * (num_qo_heads + 2 * num_kv_heads) + hd) * D
+        x1 = tl.load(row + i).to(tl.float32)
+        x2 = tl.load(row + half + i).to(tl.float32)
+        if hd >= num_qo_heads + num_kv_heads:
+            dst = v_ptr + (b * num_kv_heads + hd - num_qo_heads - num_kv_heads) * D
+            tl.store(dst + i, x1.to(tl.bfloat16))
+            tl.store(dst + half + i, x2.to(tl.bfloat16))
+        else:
+            if hd < num_qo_heads:
+                w1 = tl.load(qn_ptr + i).to(tl.float32)
+                w2 = tl.load(qn_ptr + half + i).to(tl.float32)
+                dst = q_ptr + (b * num_qo_heads + hd) * D
+            else:
+                w1 = tl.load(kn_ptr + i).to(tl.float32)
+                w2 = tl.load(kn_ptr + half + i).to(tl.float32)
+                dst = k_ptr + (b * num_kv_heads + hd - num_qo_heads) * D
+            r = tl.rsqrt((tl.sum(x1 * x1, axis=0) + tl.sum(x2 * x2, axis=0)) / D + eps)
+            y1 = (x1 * r * w1).to(tl.bfloat16).to(tl.float32)
+            y2 = (x2 * r * w2).to(tl.bfloat16).to(tl.float32)
+            pos = tl.load(pos_ptr + b).to(tl.float32)
+            ang = pos * tl.exp2(-(i.to(tl.float32) / half) * log2_theta)
+            c = tl.cos(ang)
+            s = tl.sin(ang)
+            tl.store(dst + i, (y1 * c - y2 * s).to(tl.bfloat16))
+            tl.store(dst + half + i, (y2 * c + y1 * s).to(tl.bfloat16))
+
+    @triton.jit
+    def _silu_mul_kernel(gu_ptr, out_ptr, inter, BLOCK: tl.constexpr):
+        """``out[b] = bf16(silu(g)) * u`` with ``gu[b] = [g | u]``, ``[B, 2 * inter]``."""
+        b = tl.program_id(0).to(tl.int64)
+        offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < inter
+        g = tl.load(gu_ptr + b * 2 * inter + offs, mask=m, other=0.0).to(tl.float32)
+        u = tl.load(gu_ptr + b * 2 * inter + inter + offs, mask=m, other=0.0).to(tl.float32)
+        act = (g / (1.0 + tl.exp(-g))).to(tl.bfloat16).to(tl.float32)
+        tl.store(out_ptr + b * inter + offs, (act * u).to(tl.bfloat16), mask=m)
+
+
+def add_rmsnorm_triton(x: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tensor,
+                       out: torch.Tensor, eps: float) -> torch.Tensor:
+    """``x [B, N]`` bf16 += ``delta`` (in place, when given); ``out = rmsnorm(x) * weight``."""
+    n = x.shape[1]
+    block = triton.next_power_of_2(n)
+    _add_rmsnorm_kernel[(x.shape[0],)](x, delta if delta is not None else x, weight, out, n,
+                                       eps, HAS_D=delta is not None, BLOCK=block,
+                                       num_warps=min(16, max(1, block // 256)))
+    return out
+
+
+def qkv_norm_rope_triton(qkv: torch.Tensor, positions: torch.Tensor, q_norm: torch.Tensor,
+                         k_norm: torch.Tensor, cfg: "ModelConfig"):
+    """``qkv [B, (Hq + 2H) * D]`` → normed, rotated ``q [B, Hq, D]``, ``k``, ``v [B, H, D]``."""
+    b, hq, h, d = qkv.shape[0], cfg.num_qo_heads, cfg.num_kv_heads, cfg.head_dim
+    q = torch.empty(b, hq, d, dtype=torch.bfloat16, device=qkv.device)
+    k = torch.empty(b, h, d, dtype=torch.bfloat16, device=qkv.device)
+    v = torch.empty(b, h, d, dtype=torch.bfloat16, device=qkv.device)
+    _qkv_norm_rope_kernel[(b, hq + 2 * h)](qkv, positions, q_norm, k_norm, q, k, v, hq, h,
+                                           cfg.rms_eps, math.log2(cfg.rope_theta), D=d,
+                                           num_warps=1)
+    return q, k, v
+
+
+def silu_mul_triton(gu: torch.Tensor) -> torch.Tensor:
+    b, inter = gu.shape[0], gu.shape[1] // 2
+    out = torch.empty(b, inter, dtype=torch.bfloat16, device=gu.device)
+    block = 1024
+    _silu_mul_kernel[(b, triton.cdiv(inter, block))](gu, out, inter, BLOCK=block, num_warps=4)
+    return out
+
+
 # -------------------------------------------------------------------------------- model
 class DecodeModel:
     """One greedy decode step over all layers for ``batch_size`` sequences.
@@ -406,8 +519,13 @@ class DecodeModel:
     leaves the logits ``[B, vocab_size]`` in :attr:`logits`.
     """
 
-    def __init__(self, cfg: ModelConfig, weights: DecodeWeights, attention, table: PageTable):
+    def __init__(self, cfg: ModelConfig, weights: DecodeWeights, attention, table: PageTable,
+                 *, fused: bool | None = None):
         self.cfg, self.w, self.attn, self.table = cfg, weights, attention, table
+        if fused is None:
+            fused = _TRITON and weights.embed.device.type == "cuda"
+        expect(not fused or _TRITON, "fused", "False when triton is not importable", fused)
+        self.fused = fused
         dev = weights.embed.device
         b = table.batch_size
         self.tokens = torch.zeros(b, dtype=torch.int64, device=dev)
@@ -428,6 +546,28 @@ class DecodeModel:
         return (xf * cos + torch.cat((-x2, x1), dim=-1) * sin).to(x.dtype)
 
     def step(self) -> torch.Tensor:
+        return self._step_fused() if self.fused else self._step_torch()
+
+    def _step_fused(self) -> torch.Tensor:
+        cfg, w = self.cfg, self.w
+        b, eps = self.table.batch_size, cfg.rms_eps
+        x = F.embedding(self.tokens, w.embed)                         # residual [B, hidden]
+        hs = torch.empty_like(x)
+        add_rmsnorm_triton(x, None, w.layers[0]["ln1"], hs, eps)
+        for i, lw in enumerate(w.layers):
+            q, k, v = qkv_norm_rope_triton(F.linear(hs, lw["wqkv"]), self.table.positions,
+                                           lw["q_norm"], lw["k_norm"], cfg)
+            o = self.attn.forward(i, q, k, v, self.attn_out)
+            add_rmsnorm_triton(x, F.linear(o.reshape(b, cfg.q_dim), lw["wo"]), lw["ln2"], hs,
+                               eps)
+            act = silu_mul_triton(F.linear(hs, lw["wgu"]))
+            nxt = w.layers[i + 1]["ln1"] if i + 1 < len(w.layers) else w.norm
+            add_rmsnorm_triton(x, F.linear(act, lw["wdown"]), nxt, hs, eps)
+        self.logits = F.linear(hs, w.lm_head)
+        self.tokens.copy_(self.logits.argmax(dim=-1))
+        return self.logits
+
+    def _step_torch(self) -> torch.Tensor:
         cfg, w = self.cfg, self.w
         b, hq, h, d = self.table.batch_size, cfg.num_qo_heads, cfg.num_kv_heads, cfg.head_dim
         eps = cfg.rms_eps
@@ -561,10 +701,10 @@ class Runner:
         """Time one decode step at ``context`` tokens per sequence (after the append)."""
         cfg, a = self.cfg, self.args
         table = PageTable(batch_size, context, page_size, num_pages, self.dev, seed=a.seed)
-        model = DecodeModel(cfg, self.w, attn, table)
+        model = DecodeModel(cfg, self.w, attn, table, fused=a.fused)
         model.set_lengths([context] * batch_size)
         model.tokens.random_(0, cfg.vocab_size)
-        res = {"batch_size": batch_size, "context": context}
+        res = {"batch_size": batch_size, "context": context, "fused_elementwise": model.fused}
         if hasattr(attn, "check_bounds"):
             attn.check_bounds = True
         t0 = time.perf_counter()
@@ -604,10 +744,10 @@ class Runner:
 
 
 def check_stack(attn, cfg: ModelConfig, weights: DecodeWeights, device, seq_lens: list[int],
-                page_size: int, num_pages: int, seed: int) -> dict:
+                page_size: int, num_pages: int, seed: int, fused: bool | None = None) -> dict:
     """One eager step; layer 0's attention output against the stack's own oracle."""
     table = PageTable(len(seq_lens), max(seq_lens), page_size, num_pages, device, seed=seed)
-    model = DecodeModel(cfg, weights, attn, table)
+    model = DecodeModel(cfg, weights, attn, table, fused=fused)
     model.set_lengths(seq_lens)
     model.tokens.random_(0, cfg.vocab_size)
     if hasattr(attn, "check_bounds"):
@@ -732,7 +872,7 @@ def run_preset(args, cfg: ModelConfig, device: torch.device, results: dict) -> N
             for attempt in range(2):
                 try:
                     chk = check_stack(attn, cfg, weights, device, lens, page_size, num_pages,
-                                      args.seed + 3)
+                                      args.seed + 3, fused=args.fused)
                     chk.update(preset=cfg.name, kernel=getattr(attn, "kernel", None),
                                backend=getattr(attn, "backend", None))
                     results["checks"].append(chk)
@@ -762,15 +902,26 @@ def run_preset(args, cfg: ModelConfig, device: torch.device, results: dict) -> N
                                         "skipped": "time budget", "kv_bytes": b * seq_bytes(n),
                                         "kv_budget_bytes": budget})
                 continue
-            try:
-                r = runner.run_config(attn, num_pages, page_size, b, n)
-            except Exception as exc:
-                results["errors"].append(f"{cfg.name}/{kind} B={b} L={n}: "
-                                         f"{type(exc).__name__}: {exc}"[:800])
-                log.exception("config failed")
-                if device.type == "cuda":
-                    torch.cuda.synchronize()
+            r = None
+            for attempt in range(2):
+                try:
+                    r = runner.run_config(attn, num_pages, page_size, b, n)
+                    break
+                except Exception as exc:
+                    msg = f"{cfg.name}/{kind} B={b} L={n}: {type(exc).__name__}: {exc}"[:800]
+                    results["errors"].append(msg)
+                    log.exception("config failed")
+                    if device.type == "cuda":
+                        torch.cuda.synchronize()
+                    fallback = None if attempt else _fallback(attn)
+                    if fallback is None:
+                        break
+                    results["notes"].append(f"{cfg.name}/{kind}: falling back to {fallback} "
+                                            f"after: {msg[:300]}")
+                    pool_info["fallback"] = fallback
+            if r is None:
                 continue
+            r["kernel"] = getattr(attn, "kernel", None) or attn.resolved_backends()
             kvb = b * seq_bytes(n)
             r.update(preset=cfg.name, cache=kind, role=role, fits=True, kv_bytes=kvb,
                      kv_budget_bytes=budget, weight_bytes_read=wread,
@@ -955,6 +1106,8 @@ def parse_args(argv=None):
     p.add_argument("--iters", type=int, default=10, help="timed replays per configuration")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--eager", action="store_true", help="no CUDA graphs (wall-clock steps)")
+    p.add_argument("--no-fused", dest="fused", action="store_const", const=False, default=None,
+                   help="plain torch elementwise ops (default: fused Triton kernels on CUDA)")
     p.add_argument("--no-check", dest="check", action="store_false")
     p.add_argument("--check-len", type=int, default=1500)
     p.add_argument("--steps", type=int, default=None,

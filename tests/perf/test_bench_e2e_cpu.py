@@ -95,3 +95,55 @@ def test_bad_arguments_are_named(bench):
         bench.parse_args(["--preset", "qwen9"])
     with pytest.raises(ValueError, match="--tput-batches"):
         bench.parse_args(["--tput-batches", "1,x"])
+
+
+def test_fused_triton_step_matches_torch_step_under_interpreter(bench):
+    """The fused elementwise kernels (residual + RMSNorm, q/k norm + RoPE + split, SiLU*up)
+    against the plain torch step on the same weights and caches, under TRITON_INTERPRET=1
+    (set by tests/conftest.py on CPU machines; the interpreter rounds bf16 by truncation,
+    hence a bf16-level tolerance)."""
+    if not bench._TRITON or os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("needs triton under TRITON_INTERPRET=1 (CPU)")
+    cfg = bench.PRESETS["tiny"]
+    weights = bench.DecodeWeights(cfg, torch.device("cpu"), seed=4)
+    models = {f: _stack(bench, "bf16", cfg, weights, 2, 40) for f in (False, True)}
+    for f, m in models.items():
+        m.fused = f
+    for lens in ([30, 21], [33, 2]):
+        logits = {}
+        for f, m in models.items():
+            m.set_lengths(lens)
+            m.tokens.copy_(torch.tensor([5, 77]))
+            logits[f] = m.step().float()
+        assert bool(torch.isfinite(logits[True]).all())
+        err = float((logits[True] - logits[False]).norm() / logits[False].norm())
+        assert err < 3e-2, (lens, err)
+
+
+def test_fused_qkv_norm_rope_kernel_against_torch(bench):
+    """q/k: RMSNorm with their own weights then RoPE at each row's position; v: copied."""
+    if not bench._TRITON or os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("needs triton under TRITON_INTERPRET=1 (CPU)")
+    import torch.nn.functional as F
+    cfg = bench.PRESETS["tiny"]
+    hq, h, d = cfg.num_qo_heads, cfg.num_kv_heads, cfg.head_dim
+    gen = torch.Generator().manual_seed(9)
+    qkv = torch.randn(3, (hq + 2 * h) * d, generator=gen).to(torch.bfloat16)
+    pos = torch.tensor([0, 17, 9000], dtype=torch.int32)
+    qn = (1 + 0.3 * torch.randn(d, generator=gen)).to(torch.bfloat16)
+    kn = (1 + 0.3 * torch.randn(d, generator=gen)).to(torch.bfloat16)
+    q, k, v = bench.qkv_norm_rope_triton(qkv, pos, qn, kn, cfg)
+    half = d // 2
+    inv = 1.0 / (cfg.rope_theta ** (torch.arange(half, dtype=torch.float32) / half))
+    emb = (pos.float()[:, None] * inv[None])[:, None, :].repeat(1, 1, 2)
+    rq, rk, rv = qkv.split([hq * d, h * d, h * d], -1)
+
+    def rope(x):
+        x1, x2 = x.float().chunk(2, -1)
+        return x.float() * emb.cos() + torch.cat((-x2, x1), -1) * emb.sin()
+
+    want_q = rope(F.rms_norm(rq.reshape(3, hq, d), (d,), qn, cfg.rms_eps))
+    want_k = rope(F.rms_norm(rk.reshape(3, h, d), (d,), kn, cfg.rms_eps))
+    for got, want in ((q, want_q), (k, want_k)):
+        assert float((got.float() - want).norm() / want.norm()) < 1.5e-2
+    assert torch.equal(v, rv.reshape(3, h, d))
