@@ -3,11 +3,11 @@
 Three ops, each the executable spec of :mod:`oscar_kernels.reference.paged` on the GPU
 (or on the CPU under ``TRITON_INTERPRET=1``):
 
-* :func:`~.append.quantize_append_paged_kv_cache_triton` — one fused kernel: rotate,
+* :func:`~.quantize_append.quantize_append_paged_kv_cache_triton` — one fused kernel: rotate,
   clip, quantize, pack, store codes/params and the BF16 window rows.
-* :func:`~.decode.paged_decode_attention_triton` — split-KV decode with a log-sum-exp
+* :func:`~.paged_decode.paged_decode_attention_triton` — split-KV decode with a log-sum-exp
   merge (the merge also un-rotates the output).
-* :func:`~.extend.paged_extend_attention_triton` — chunked prefill over the cached prefix.
+* :func:`~.paged_extend.paged_extend_attention_triton` — chunked prefill over the cached prefix.
 
 This module is the backend protocol of :mod:`oscar_kernels.ops`: :func:`can_implement`,
 :func:`append`, :func:`decode`, :func:`extend`. Importing it needs ``triton``; the
@@ -80,7 +80,7 @@ def can_implement(op: str, *, device: torch.device, spec, num_qo_heads: int,
 
 def append(cache, append_key, append_value, batch_indices, positions, kv_indices, kv_indptr,
            kv_last_page_len, window_slots, rot_k, rot_v, k_clip, v_clip) -> None:
-    from .append import quantize_append_paged_kv_cache_triton
+    from .quantize_append import quantize_append_paged_kv_cache_triton
 
     quantize_append_paged_kv_cache_triton(cache, append_key, append_value, batch_indices,
                                           positions, kv_indices, kv_indptr, kv_last_page_len,
@@ -89,7 +89,7 @@ def append(cache, append_key, append_value, batch_indices, positions, kv_indices
 
 def decode(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots, rot_k, rot_v,
            sm_scale, *, out=None):
-    from .decode import paged_decode_attention_triton
+    from .paged_decode import paged_decode_attention_triton
 
     return paged_decode_attention_triton(q, cache, kv_indptr, kv_indices, kv_last_page_len,
                                          window_slots, rot_k, rot_v, sm_scale, out=out)
@@ -97,7 +97,7 @@ def decode(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots, rot_
 
 def extend(q, append_key, append_value, qo_indptr, cache, kv_indptr, kv_indices,
            kv_last_page_len, window_slots, rot_k, rot_v, k_clip, v_clip, sm_scale, *, out=None):
-    from .extend import paged_extend_attention_triton
+    from .paged_extend import paged_extend_attention_triton
 
     return paged_extend_attention_triton(q, append_key, append_value, qo_indptr, cache,
                                          kv_indptr, kv_indices, kv_last_page_len, window_slots,

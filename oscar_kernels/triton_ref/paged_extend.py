@@ -7,7 +7,7 @@ position ``p`` in BF16 when ``p < S`` or ``p > t - W`` and INT2 otherwise.
 
 Order, as the format requires (docs/format.md §5 "Extend order"):
 
-1. ``_quantize_append_kernel`` (append.py) writes the chunk's INT2 pages and BF16 sink rows;
+1. ``_quantize_append_kernel`` (quantize_append.py) writes the chunk's INT2 pages and BF16 sink rows;
 2. ``_paged_extend_kernel`` attends, reading the pre-chunk window ring, the chunk's own
    rotated BF16 rows (``bf16(x @ R)``, computed once per call in float32 by torch), the
    sink rows and the INT2 pages (packed, dequantization folded into the dots);
@@ -34,7 +34,7 @@ import triton.language as tl
 from ..spec import seq_lens_from_page_table
 from ._blocks import _bf16_block, _int2_block, _rotate_quarter
 from ._common import interpret_mode, page_strides
-from .append import quantize_append_paged_kv_cache_triton
+from .quantize_append import quantize_append_paged_kv_cache_triton
 
 LOG2E = 1.4426950408889634
 
@@ -195,7 +195,7 @@ def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
     append_key, append_value : Tensor ``[nnz, num_kv_heads, head_dim]``, model space.
     qo_indptr : Tensor ``[batch_size + 1]`` int32, chunk offsets (``qo_indptr[-1] == nnz``).
     cache, kv_indptr, kv_indices, kv_last_page_len, window_slots, rot_k, rot_v
-        As in :func:`~oscar_kernels.triton_ref.decode.paged_decode_attention_triton`;
+        As in :func:`~oscar_kernels.triton_ref.paged_decode.paged_decode_attention_triton`;
         the page table already covers the chunk.
     k_clip, v_clip, sm_scale : float
     out : Tensor, optional ``[nnz, num_qo_heads, head_dim]`` of ``q.dtype``.

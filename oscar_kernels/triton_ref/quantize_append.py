@@ -42,6 +42,15 @@ BLOCK_T = 16
 
 
 @triton.jit
+def _to_bf16_rtne(x):
+    """float32 → bfloat16, round to nearest even, in integer arithmetic: the interpreter's
+    cast truncates, the GPU's rounds; this is exact on both (NaN and Inf stay)."""
+    bits = x.to(tl.uint32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return tl.where(x == x, bits.to(tl.float32, bitcast=True), x).to(tl.bfloat16)
+
+
+@triton.jit
 def _quantize_append_kernel(
     k_ptr, v_ptr, stride_xn, stride_xh,              # append K/V [nnz, H, D] (same strides)
     rot_k_ptr, rot_v_ptr, stride_rh, stride_rd,      # [H, D, D] float32 (stride_rh may be 0)
@@ -91,7 +100,7 @@ def _quantize_append_kernel(
     last = tl.load(kv_last_ptr + b, mask=rmask, other=0)
     seq_len = tl.where(npages > 0, (npages - 1) * PAGE_SIZE + last, 0)
     wslot = tl.load(wslot_ptr + b, mask=rmask, other=0).to(tl.int64)
-    xr_bf16 = xr.to(tl.bfloat16)
+    xr_bf16 = _to_bf16_rtne(xr)
 
     if WRITE_PAGES:
         page = tl.load(kv_indices_ptr + first + p // PAGE_SIZE, mask=rmask, other=0).to(tl.int64)

@@ -1,0 +1,219 @@
+"""Triton kernels under the CPU interpreter (TRITON_INTERPRET=1, set in tests/conftest.py)
+against the torch reference, on small shapes: codes/params/windows of the append kernel,
+decode and extend outputs and lse, and the cache state extend leaves behind.
+
+Budget for the fused rotation (a different fp32 summation order than the reference's
+einsum): at most 1e-3 of the codes may differ, each by one level; a stored fp16/fp32
+scale or zero may differ by one unit in the last place of fp16 storage, or by 1e-5 relative
+in fp32 storage.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from helpers import rel_err
+from oscar_kernels import CacheSpec, ops
+from oscar_kernels.errors import BackendUnavailableError, UnsupportedConfigError
+from oscar_kernels.reference import paged as ref
+from triton_cases import (build_case, compare_codes, offsets, rot_heads, used_pages)
+
+pytestmark = pytest.mark.skipif(
+    torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1",
+    reason="interpreter tests run on CPU-only machines with TRITON_INTERPRET=1")
+triton = pytest.importorskip("triton")
+
+CODE_FLIP_BUDGET = 1e-3
+
+
+def _spec(d, h, ps, g=None, layout="NHD", scale_dtype=torch.float16, sink=8, recent=16):
+    return CacheSpec(num_kv_heads=h, head_dim=d, page_size=ps, group_size=g, sink_size=sink,
+                     recent_size=recent, kv_layout=layout, scale_dtype=scale_dtype)
+
+
+def _check_params(a, b, dtype):
+    # fp16: one unit in the last place; fp32 (no storage rounding to hide the summation-order
+    # difference of the rotation): 1e-5 relative to the group's value
+    eps = torch.finfo(dtype).eps if dtype == torch.float16 else 1e-5
+    a, b = a.float(), b.float()
+    assert torch.equal(a.isnan(), b.isnan())
+    fin = ~a.isnan()
+    tol = eps * b[fin].abs().clamp_min(torch.finfo(dtype).tiny) * 1.01
+    assert bool(((a[fin] - b[fin]).abs() <= tol).all()), float((a[fin] - b[fin]).abs().max())
+
+
+def _append_both(spec, lens, gen, *, inject=False):
+    case = build_case(spec, lens, spec.num_kv_heads, gen, prefix_lens=[0] * len(lens))
+    k, v = case["k"].clone(), case["v"].clone()
+    if inject:
+        k[3, 0] = 0.0                      # constant after rotation: scale 0, codes 0
+        v[5, -1, 7] = float("nan")         # a NaN token-head: scale = zero = NaN
+        k[9, 0, 0] = float("inf")
+    batch = len(lens)
+    bi = torch.repeat_interleave(torch.arange(batch), torch.tensor(lens)).to(torch.int32)
+    pos = torch.cat([torch.arange(n) for n in lens]).to(torch.int32)
+    tab = (case["kv_indices"], case["kv_indptr"], case["kv_last_page_len"], case["window_slots"])
+    caches = {}
+    for backend in ("triton", "reference"):
+        cache = build_case(spec, lens, spec.num_kv_heads, torch.Generator().manual_seed(1),
+                           prefix_lens=[0] * len(lens))["cache"]
+        ops.quantize_append_paged_kv_cache(k, v, bi, pos, cache, *tab, case["rot"],
+                                           backend=backend)
+        caches[backend] = cache
+    return case, caches["triton"], caches["reference"]
+
+
+@pytest.mark.parametrize("d,h,ps,g,layout,sdt", [
+    (64, 2, 16, None, "NHD", torch.float16),
+    (64, 3, 1, 16, "HND", torch.float32),
+    (128, 1, 7, 32, "NHD", torch.float16),
+])
+def test_append_matches_reference(d, h, ps, g, layout, sdt):
+    gen = torch.Generator().manual_seed(11 + d + ps)
+    spec = _spec(d, h, ps, g, layout, sdt)
+    lens = [3, 40, 29]
+    case, tri, refc = _append_both(spec, lens, gen, inject=True)
+    pages = used_pages(case)
+    for name in ("k", "v"):
+        frac, worst = compare_codes(getattr(tri, f"{name}_codes")[pages],
+                                    getattr(refc, f"{name}_codes")[pages])
+        assert frac <= CODE_FLIP_BUDGET and worst <= 1, (name, frac, worst)
+        _check_params(getattr(tri, f"{name}_params")[pages], getattr(refc, f"{name}_params")[pages],
+                      sdt)
+        # window rows that the append must have written: sink rows and the recent ring
+        for b, n in enumerate(lens):
+            slot = int(case["window_slots"][b])
+            rows = sorted({p if p < spec.sink_size else spec.sink_size + p % spec.recent_size
+                           for p in range(n)
+                           if p < spec.sink_size or p >= n - spec.recent_size})
+            a = getattr(tri, f"{name}_window")[slot, rows].float()
+            r = getattr(refc, f"{name}_window")[slot, rows].float()
+            assert torch.equal(torch.isfinite(a), torch.isfinite(r))
+            fin = torch.isfinite(r)
+            assert bool(((a[fin] - r[fin]).abs() <= r[fin].abs() * 2 ** -7 + 1e-6).all())
+
+
+def test_append_constant_and_nonfinite_groups_exact():
+    gen = torch.Generator().manual_seed(5)
+    spec = _spec(64, 2, 16, 32)
+    case, tri, refc = _append_both(spec, [12], gen, inject=True)
+    page = case["kv_indices"].long()
+    kp = tri.k_params[page].reshape(-1, 2, 2, 2)
+    vp = tri.v_params[page].reshape(-1, 2, 2, 2)
+    assert torch.equal(kp[3, 0], torch.zeros(2, 2, dtype=kp.dtype))     # constant: 0, 0
+    assert bool(kp[9, 0].isnan().all()) and bool(vp[5, 1].isnan().all())
+    assert not bool(kp[9, 1].isnan().any()) and not bool(vp[5, 0].isnan().any())
+    assert int(tri.k_codes[page].reshape(-1, 2, 16)[3, 0].max()) == 0
+    assert int(tri.v_codes[page].reshape(-1, 2, 16)[5, 1].max()) == 0
+
+
+@pytest.mark.parametrize("d,h,gqa,ps,g,layout,sdt", [
+    (64, 2, 4, 16, None, "NHD", torch.float16),
+    (128, 1, 3, 5, 32, "HND", torch.float16),
+    (64, 2, 1, 1, 32, "NHD", torch.float32),
+])
+def test_decode_matches_reference(d, h, gqa, ps, g, layout, sdt):
+    gen = torch.Generator().manual_seed(100 + d + gqa)
+    spec = _spec(d, h, ps, g, layout, sdt)
+    lens = [0, 1, 15, 113]
+    case = build_case(spec, lens, h * gqa, gen)
+    tab = (case["kv_indptr"], case["kv_indices"], case["kv_last_page_len"], case["window_slots"])
+    q = case["q"].float()
+    out = torch.full_like(q, float("nan"))
+    o, lse = ops.paged_decode_attention(q, case["cache"], *tab, case["rot"], out=out,
+                                        return_lse=True, backend="triton")
+    o_ref, lse_ref = ops.paged_decode_attention(q, case["cache"], *tab, case["rot"],
+                                                return_lse=True, backend="reference")
+    assert o.data_ptr() == out.data_ptr() and not bool(out.isnan().any())
+    assert rel_err(o, o_ref) < 1e-5
+    assert torch.equal(lse[0], lse_ref[0]) and bool(torch.isinf(lse[0]).all())
+    assert float((lse[1:] - lse_ref[1:]).abs().max()) < 1e-4
+    assert float(o[0].abs().max()) == 0.0
+
+
+@pytest.mark.parametrize("d,h,gqa,ps,g,layout", [
+    (64, 2, 4, 16, None, "NHD"),
+    (64, 1, 3, 4, 16, "HND"),
+])
+def test_extend_matches_reference(d, h, gqa, ps, g, layout):
+    gen = torch.Generator().manual_seed(200 + gqa)
+    spec = _spec(d, h, ps, g, layout)
+    lens, chunks = [9, 70, 40], [9, 37, 3]           # a whole-prompt chunk, a chunk > W
+    prefix = [n - c for n, c in zip(lens, chunks)]
+    state = {}
+    for backend in ("triton", "reference"):
+        case = build_case(spec, lens, h * gqa, torch.Generator().manual_seed(7), prefix_lens=prefix)
+        sel = torch.cat([torch.arange(o + p, o + n) for o, p, n in zip(offsets(lens), prefix, lens)])
+        qo = torch.tensor([0] + list(torch.tensor(chunks).cumsum(0)), dtype=torch.int32)
+        q = torch.randn(len(sel), h * gqa, d, generator=torch.Generator().manual_seed(8))
+        out = torch.full_like(q, float("nan"))
+        o, lse = ops.paged_extend_attention(
+            q, case["k"][sel], case["v"][sel], qo, case["cache"], case["kv_indptr"],
+            case["kv_indices"], case["kv_last_page_len"], case["window_slots"], case["rot"],
+            out=out, return_lse=True, backend=backend)
+        assert not bool(o.isnan().any())
+        state[backend] = (o, lse, case)
+    o_t, lse_t, ct = state["triton"]
+    o_r, lse_r, cr = state["reference"]
+    assert rel_err(o_t, o_r) < 1e-5
+    assert float((lse_t - lse_r).abs().max()) < 1e-4
+    pages = used_pages(ct)
+    for name in ("k", "v"):
+        frac, worst = compare_codes(getattr(ct["cache"], f"{name}_codes")[pages],
+                                    getattr(cr["cache"], f"{name}_codes")[pages])
+        assert frac <= CODE_FLIP_BUDGET and worst <= 1
+        for b, n in enumerate(lens):
+            slot = int(ct["window_slots"][b])
+            rows = sorted({p if p < spec.sink_size else spec.sink_size + p % spec.recent_size
+                           for p in range(n) if p < spec.sink_size or p >= n - spec.recent_size})
+            a = getattr(ct["cache"], f"{name}_window")[slot, rows].float()
+            r = getattr(cr["cache"], f"{name}_window")[slot, rows].float()
+            assert bool(((a - r).abs() <= r.abs() * 2 ** -7 + 1e-6).all())
+
+
+def test_decode_after_triton_append_matches_reference_decode():
+    """The two Triton kernels chained (append then decode) against the reference chain."""
+    gen = torch.Generator().manual_seed(3)
+    spec = _spec(64, 2, 16)
+    lens = [50, 26]
+    case, tri, refc = _append_both(spec, lens, gen)
+    tab = (case["kv_indptr"], case["kv_indices"], case["kv_last_page_len"], case["window_slots"])
+    q = case["q"].float().repeat_interleave(2, dim=1)
+    o_t = ops.paged_decode_attention(q, tri, *tab, case["rot"], backend="triton")
+    o_r = ops.paged_decode_attention(q, refc, *tab, case["rot"], backend="reference")
+    assert rel_err(o_t, o_r) < 2e-3
+
+
+def test_can_implement_reports_unsupported_and_unavailable(monkeypatch):
+    from oscar_kernels import triton_ref
+
+    cpu = torch.device("cpu")
+    triton_ref.can_implement("decode", device=cpu, spec=_spec(128, 2, 16, 32),
+                             num_qo_heads=8, dtype=torch.bfloat16)
+    with pytest.raises(UnsupportedConfigError, match="group_size"):
+        triton_ref.can_implement("decode", device=cpu, spec=_spec(128, 2, 16, 16),
+                                 num_qo_heads=8, dtype=torch.bfloat16)
+    with pytest.raises(UnsupportedConfigError, match="head_dim"):
+        triton_ref.can_implement("extend", device=cpu, spec=_spec(32, 2, 16),
+                                 num_qo_heads=8, dtype=torch.bfloat16)
+    with pytest.raises(UnsupportedConfigError, match="num_qo_heads"):
+        triton_ref.can_implement("decode", device=cpu, spec=_spec(64, 1, 16),
+                                 num_qo_heads=32, dtype=torch.bfloat16)
+    triton_ref.can_implement("append", device=cpu, spec=_spec(128, 2, 16, 16),
+                             num_qo_heads=2, dtype=torch.bfloat16)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(BackendUnavailableError, match="TRITON_INTERPRET"):
+        triton_ref.can_implement("decode", device=cpu, spec=_spec(64, 2, 16),
+                                 num_qo_heads=8, dtype=torch.bfloat16)
+
+
+def test_reference_rotations_are_per_head():
+    """Sanity of the case builder: per-head rotations differ, so head mix-ups would show."""
+    case = build_case(_spec(64, 2, 16), [4], 2, torch.Generator().manual_seed(0),
+                      prefix_lens=[0])
+    rk, _ = rot_heads(case["rot"], 2)
+    assert not torch.allclose(rk[0], rk[1])
+    _ = ref
