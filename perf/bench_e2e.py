@@ -877,6 +877,9 @@ def run_preset(args, cfg: ModelConfig, device: torch.device, results: dict) -> N
                                backend=getattr(attn, "backend", None))
                     results["checks"].append(chk)
                     log.info("[%s/%s] check: %s", cfg.name, kind, chk)
+                    expect(chk["finite"] and chk["rel_err_vs_oracle"] <= args.check_tol,
+                           f"{kind} attention", f"within {args.check_tol} of its oracle",
+                           chk["rel_err_vs_oracle"], RuntimeError)
                     break
                 except Exception as exc:
                     msg = f"{cfg.name}/{kind} check: {type(exc).__name__}: {exc}"[:800]
@@ -1110,6 +1113,8 @@ def parse_args(argv=None):
                    help="plain torch elementwise ops (default: fused Triton kernels on CUDA)")
     p.add_argument("--no-check", dest="check", action="store_false")
     p.add_argument("--check-len", type=int, default=1500)
+    p.add_argument("--check-tol", type=float, default=2e-2,
+                   help="largest relative error of a stack's attention against its oracle")
     p.add_argument("--steps", type=int, default=None,
                    help="CPU smoke mode: run this many eager steps of the tiny preset")
     p.add_argument("--seed", type=int, default=0)
