@@ -745,11 +745,17 @@ class Runner:
 
 def check_stack(attn, cfg: ModelConfig, weights: DecodeWeights, device, seq_lens: list[int],
                 page_size: int, num_pages: int, seed: int, fused: bool | None = None) -> dict:
-    """One eager step; layer 0's attention output against the stack's own oracle."""
+    """One eager step; the last layer's attention output against the stack's own oracle.
+
+    When the step uses the fused elementwise kernels, the same step (same tokens, same
+    positions: the append rewrites identical bytes) is also run on the plain torch path
+    and the logits compared (``fused_vs_torch_logits_rel_err``, bf16-level expected).
+    """
     table = PageTable(len(seq_lens), max(seq_lens), page_size, num_pages, device, seed=seed)
     model = DecodeModel(cfg, weights, attn, table, fused=fused)
     model.set_lengths(seq_lens)
     model.tokens.random_(0, cfg.vocab_size)
+    tokens = model.tokens.clone()
     if hasattr(attn, "check_bounds"):
         attn.check_bounds = True
     attn.record_layer = cfg.num_layers - 1
@@ -761,9 +767,19 @@ def check_stack(attn, cfg: ModelConfig, weights: DecodeWeights, device, seq_lens
     want = attn.reference_attention(cfg.num_layers - 1, rec["q"])
     got = rec["out"].float()
     err = float((got - want).norm() / want.norm().clamp_min(1e-30))
-    return {"cache": attn.name, "seq_lens": seq_lens, "layer": cfg.num_layers - 1,
-            "rel_err_vs_oracle": err, "finite": bool(torch.isfinite(got).all()),
-            "logits_finite": bool(torch.isfinite(model.logits).all())}
+    res = {"cache": attn.name, "seq_lens": seq_lens, "layer": cfg.num_layers - 1,
+           "rel_err_vs_oracle": err, "finite": bool(torch.isfinite(got).all()),
+           "logits_finite": bool(torch.isfinite(model.logits).all()), "fused": model.fused}
+    if model.fused:
+        fused_logits = model.logits.float().clone()
+        model.fused = False
+        model.tokens.copy_(tokens)
+        ref = model.step().float()
+        res["fused_vs_torch_logits_rel_err"] = float((fused_logits - ref).norm()
+                                                     / ref.norm().clamp_min(1e-30))
+        res["fused_vs_torch_argmax_agree"] = float(
+            (fused_logits.argmax(-1) == ref.argmax(-1)).float().mean())
+    return res
 
 
 def _fallback(attn) -> str | None:
@@ -987,26 +1003,32 @@ def summary_table(results: dict) -> str:
     for name in results["capacity"]:
         lines.append(f"### {name}: batch-1 latency per token (ms)\n")
         lines.append("| context | BF16 step | INT2 step | speedup | BF16 attn | INT2 attn | "
-                     "attn speedup |")
-        lines.append("| --- | --- | --- | --- | --- | --- | --- |")
+                     "attn speedup | BF16 floor | INT2 floor | floor speedup |")
+        lines.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         lat = {(r["cache"], r["context"]): r for r in runs if r["preset"] == name
                and r.get("fits") and r["batch_size"] == 1}
         for n in sorted({c for _, c in lat}):
             b, i = lat.get(("bf16", n)), lat.get(("int2", n))
-            lines.append("| {} | {} | {} | {} | {} | {} | {} |".format(
+            lines.append("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
                 n, _fmt(b, "step_ms"), _fmt(i, "step_ms"), _ratio(b, i, "step_ms"),
-                _fmt(b, "attn_ms"), _fmt(i, "attn_ms"), _ratio(b, i, "attn_ms")))
+                _fmt(b, "attn_ms"), _fmt(i, "attn_ms"), _ratio(b, i, "attn_ms"),
+                _fmt(b, "floor_ms"), _fmt(i, "floor_ms"), _ratio(b, i, "floor_ms")))
+        lines.append("\n(ms per decode step = per generated token; attn = KV append + attention "
+                     "of all layers alone; floor = (weights read + KV bytes) / measured read "
+                     "bandwidth)\n")
         lines.append("")
         lines.append(f"### {name}: throughput at {results['args']['tput_ctx']} tokens of context\n")
-        lines.append("| cache | batch | fits budget | step ms | tokens/s | KV GB |")
-        lines.append("| --- | --- | --- | --- | --- | --- |")
+        lines.append("| cache | batch | fits budget | step ms | tokens/s | KV GB | attn ms | "
+                     "achieved TB/s (step) | floor ms |")
+        lines.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         for r in sorted((r for r in runs if r["preset"] == name
                          and r["context"] == results["args"]["tput_ctx"]),
                         key=lambda r: (r["cache"], r["batch_size"])):
             mark = " (max)" if r.get("max_batch_run") else ""
             lines.append(f"| {r['cache']} | {r['batch_size']}{mark} | {'yes' if r['fits'] else 'no'}"
                          f"{' (skipped: ' + r['skipped'] + ')' if 'skipped' in r else ''} | {_fmt(r, 'step_ms')} | {_fmt(r, 'tokens_per_s', 1)} | "
-                         f"{r['kv_bytes'] / 1e9:.1f} |")
+                         f"{r['kv_bytes'] / 1e9:.1f} | {_fmt(r, 'attn_ms')} | {_fmt(r, 'step_TBps', 2)} | "
+                         f"{_fmt(r, 'floor_ms')} |")
         best = {}
         for r in runs:
             if (r["preset"] == name and "tokens_per_s" in r
