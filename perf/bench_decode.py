@@ -1,0 +1,286 @@
+"""Decode attention: INT2 (Triton, and CuTe when it can run) vs BF16 (FlashInfer, SDPA).
+
+One run on one GPU, side by side on the same shapes: median time (CUDA-graph replay,
+cold L2, :mod:`perf.harness`), bytes moved, achieved TB/s against the read ceiling
+measured in the same run, and the speedup of each INT2 kernel over each BF16 baseline.
+
+    PYTHONPATH=. python perf/bench_decode.py --presets qwen3-8b --batches 1,8,32 \\
+        --contexts 8192,32768,65536,131072 --fi-site /tmp/fi_site
+
+Cache contents: the INT2 pages are filled directly with random code bytes and
+realistic fp16 params (scale in [0.02, 0.1], zero = -1.5 · scale), the BF16 windows and
+the FlashInfer/SDPA caches with N(0, 1) bf16; page ids are a random permutation. Timing
+does not depend on the values (no data-dependent control flow in any kernel).
+
+Bytes moved (each read once, what the kernel must move):
+
+* INT2: K+V codes and params of the INT2 positions ``[S, L - W)``, K+V BF16 window rows
+  ``min(L, S + W)``, the page ids, q, o;
+* BF16: K+V of ``L`` tokens, the page ids (FlashInfer), q, o.
+
+Results: ``perf/results/<date>_<gpu>_bench_decode.{md,json}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import math
+import os
+import sys
+import time
+import traceback
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import env_header, markdown_table, measure_read_bandwidth, tbps, time_cuda, write_results  # noqa: E402
+
+PRESETS = {
+    "qwen3-8b": dict(num_qo_heads=32, num_kv_heads=8, head_dim=128),
+    "llama3-70b-tp8": dict(num_qo_heads=8, num_kv_heads=1, head_dim=128),
+    "smollm2-135m": dict(num_qo_heads=9, num_kv_heads=3, head_dim=64),
+}
+
+
+def parse_triton_configs(text: str):
+    """``"64x4x2@528,128x8x2"`` → DecodeConfig(block_n, num_warps, num_stages, target)."""
+    from oscar_kernels.triton_ref.paged_decode import DecodeConfig
+
+    out = []
+    for item in filter(None, text.split(",")):
+        body, _, target = item.partition("@")
+        bn, nw, ns = (int(x) for x in body.split("x"))
+        kw = dict(block_n=bn, num_warps=nw, num_stages=ns)
+        if target:
+            kw["target_programs"] = int(target)
+        out.append((item, DecodeConfig(**kw)))
+    return out
+
+
+def make_int2_case(preset, batch, ctx, page_size, gen_seed=0):
+    from oscar_kernels import CacheSpec, Int2PagedKVCache
+
+    h, d, hq = preset["num_kv_heads"], preset["head_dim"], preset["num_qo_heads"]
+    spec = CacheSpec(num_kv_heads=h, head_dim=d, page_size=page_size)
+    pages_per = math.ceil(ctx / page_size)
+    num_pages = batch * pages_per
+    cache = Int2PagedKVCache.allocate(spec, num_pages, batch, device="cuda")
+    g = torch.Generator(device="cuda").manual_seed(gen_seed)
+    for codes in (cache.k_codes, cache.v_codes):
+        codes.view(-1).copy_(torch.randint(0, 256, (codes.numel(),), device="cuda",
+                                           dtype=torch.int32, generator=g).to(torch.uint8))
+    for params in (cache.k_params, cache.v_params):
+        scale = torch.rand(params.shape[:-1], device="cuda", generator=g) * 0.08 + 0.02
+        params[..., 0] = scale.to(params.dtype)
+        params[..., 1] = (-1.5 * scale).to(params.dtype)
+    for w in (cache.k_window, cache.v_window):
+        w.copy_(torch.randn(w.shape, device="cuda", generator=g).to(torch.bfloat16))
+    indices = torch.randperm(num_pages, device="cuda", generator=g).to(torch.int32)
+    indptr = (torch.arange(batch + 1, device="cuda", dtype=torch.int32) * pages_per)
+    last = torch.full((batch,), ctx - (pages_per - 1) * page_size, dtype=torch.int32, device="cuda")
+    slots = torch.arange(batch, dtype=torch.int32, device="cuda")
+    q = torch.randn(batch, hq, d, device="cuda", generator=g).to(torch.bfloat16)
+    eye = torch.linalg.qr(torch.randn(d, d, device="cuda", generator=g, dtype=torch.float64))[0]
+    rot = eye.to(torch.float32)[None].expand(h, d, d)
+    return dict(spec=spec, cache=cache, kv_indptr=indptr, kv_indices=indices,
+                kv_last_page_len=last, window_slots=slots, q=q, rot_k=rot, rot_v=rot)
+
+
+def int2_bytes(spec, batch, ctx, hq):
+    s, w = spec.sink_size, spec.recent_size
+    n_int2 = max(0, ctx - w - s)
+    n_win = min(ctx, s + w)
+    h, d = spec.num_kv_heads, spec.head_dim
+    per_tok_int2 = 2 * h * (spec.packed_dim + spec.num_groups * 2 * 2)
+    per_tok_bf16 = 2 * h * d * 2
+    pages = math.ceil(ctx / spec.page_size)
+    return batch * (n_int2 * per_tok_int2 + n_win * per_tok_bf16 + 4 * pages + 2 * 2 * hq * d)
+
+
+def bf16_bytes(batch, ctx, h, hq, d, page_size):
+    return batch * (ctx * 2 * h * d * 2 + 4 * math.ceil(ctx / page_size) + 2 * 2 * hq * d)
+
+
+def run_flashinfer(preset, batch, ctx, page_size, args):
+    import flashinfer
+
+    h, d, hq = preset["num_kv_heads"], preset["head_dim"], preset["num_qo_heads"]
+    pages_per = math.ceil(ctx / page_size)
+    num_pages = batch * pages_per
+    g = torch.Generator(device="cuda").manual_seed(1)
+    kp = torch.randn(num_pages, page_size, h, d, device="cuda", generator=g).to(torch.bfloat16)
+    vp = torch.randn(num_pages, page_size, h, d, device="cuda", generator=g).to(torch.bfloat16)
+    indptr = (torch.arange(batch + 1, device="cuda", dtype=torch.int32) * pages_per)
+    indices = torch.randperm(num_pages, device="cuda", generator=g).to(torch.int32)
+    last = torch.full((batch,), ctx - (pages_per - 1) * page_size, dtype=torch.int32, device="cuda")
+    q = torch.randn(batch, hq, d, device="cuda", generator=g).to(torch.bfloat16)
+    out = torch.empty_like(q)
+    ws = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=True)
+    wrapper.plan(indptr, indices, last, hq, h, d, page_size, q_data_type=torch.bfloat16,
+                 kv_data_type=torch.bfloat16)
+    res = time_cuda(lambda: wrapper.run(q, (kp, vp), out=out), warmup=args.warmup, rep=args.rep)
+    del kp, vp, ws
+    return res
+
+
+def run_sdpa(preset, batch, ctx, args):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    h, d, hq = preset["num_kv_heads"], preset["head_dim"], preset["num_qo_heads"]
+    g = torch.Generator(device="cuda").manual_seed(2)
+    k = torch.randn(batch, h, ctx, d, device="cuda", generator=g).to(torch.bfloat16)
+    v = torch.randn(batch, h, ctx, d, device="cuda", generator=g).to(torch.bfloat16)
+    q = torch.randn(batch, hq, 1, d, device="cuda", generator=g).to(torch.bfloat16)
+
+    def fn():
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION,
+                          SDPBackend.EFFICIENT_ATTENTION]):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+
+    res = time_cuda(fn, warmup=args.warmup, rep=args.rep)
+    del k, v
+    return res
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--presets", default="qwen3-8b")
+    p.add_argument("--batches", default="1,8,32")
+    p.add_argument("--contexts", default="8192,32768,65536,131072")
+    p.add_argument("--page-size", type=int, default=16)
+    p.add_argument("--baselines", default="flashinfer,sdpa")
+    p.add_argument("--triton-configs", default="64x4x2",
+                   help="block_n x num_warps x num_stages[@target_programs], comma separated; "
+                        "every config is timed, the fastest is reported as 'triton'")
+    p.add_argument("--fi-site", default=None, help="site dir made by setup_site.py")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--rep", type=int, default=30)
+    p.add_argument("--budget", type=float, default=420.0, help="seconds; later shapes skipped")
+    p.add_argument("--stem", default=None)
+    p.add_argument("--out-dir", default=None)
+    args = p.parse_args(argv)
+    t0 = time.time()
+    if args.fi_site:
+        sys.path.insert(0, args.fi_site)
+        os.environ.setdefault("FLASHINFER_DISABLE_JIT", "1")
+    from oscar_kernels.triton_ref.paged_decode import paged_decode_attention_triton
+
+    cute_mod = None
+    try:
+        from oscar_kernels import cute as cute_mod  # noqa: PLC0415
+    except Exception:  # noqa: BLE001
+        cute_mod = None
+    header = env_header()
+    bw = measure_read_bandwidth()
+    print(f"[env] {header}\n[bw] read {bw['read_TBps']:.2f} TB/s, copy {bw['copy_TBps']:.2f} TB/s",
+          flush=True)
+    configs = parse_triton_configs(args.triton_configs)
+    baselines = [b for b in args.baselines.split(",") if b]
+    rows, errors = [], []
+    for preset_name in args.presets.split(","):
+        preset = PRESETS[preset_name]
+        for batch in (int(x) for x in args.batches.split(",")):
+            for ctx in (int(x) for x in args.contexts.split(",")):
+                row = dict(preset=preset_name, batch=batch, context=ctx,
+                           page_size=args.page_size)
+                if time.time() - t0 > args.budget:
+                    row["skipped"] = "time budget"
+                    rows.append(row)
+                    continue
+                try:
+                    case = make_int2_case(preset, batch, ctx, args.page_size)
+                    spec = case["spec"]
+                    row["int2_bytes"] = int2_bytes(spec, batch, ctx, preset["num_qo_heads"])
+                    row["bf16_bytes"] = bf16_bytes(batch, ctx, spec.num_kv_heads,
+                                                   preset["num_qo_heads"], spec.head_dim,
+                                                   args.page_size)
+                    out = torch.empty_like(case["q"])
+                    sm = 1.0 / math.sqrt(spec.head_dim)
+                    tab = (case["kv_indptr"], case["kv_indices"], case["kv_last_page_len"],
+                           case["window_slots"], case["rot_k"], case["rot_v"], sm)
+                    per_cfg = {}
+                    for name, cfg in configs:
+                        def fn(cfg=cfg):
+                            return paged_decode_attention_triton(case["q"], case["cache"], *tab,
+                                                                 out=out, config=cfg)
+                        per_cfg[name] = time_cuda(fn, warmup=args.warmup, rep=args.rep)["median_ms"]
+                    best = min(per_cfg, key=per_cfg.get)
+                    row.update(triton_ms=per_cfg[best], triton_config=best, triton_sweep=per_cfg)
+                    row["triton_TBps"] = tbps(row["int2_bytes"], row["triton_ms"])
+                    if cute_mod is not None:
+                        try:
+                            cute_mod.can_implement("decode", device=torch.device("cuda"), spec=spec,
+                                                   num_qo_heads=preset["num_qo_heads"],
+                                                   dtype=torch.bfloat16)
+                            r = time_cuda(lambda: cute_mod.decode(case["q"], case["cache"], *tab, out=out),
+                                          warmup=args.warmup, rep=args.rep)
+                            row["cute_ms"] = r["median_ms"]
+                            row["cute_TBps"] = tbps(row["int2_bytes"], r["median_ms"])
+                        except Exception as exc:  # noqa: BLE001 - unavailable or unsupported
+                            row["cute_note"] = f"{type(exc).__name__}: {str(exc)[:160]}"
+                    del case, out
+                    torch.cuda.empty_cache()
+                    if "flashinfer" in baselines:
+                        try:
+                            r = run_flashinfer(preset, batch, ctx, args.page_size, args)
+                            row["fi_ms"] = r["median_ms"]
+                            row["fi_TBps"] = tbps(row["bf16_bytes"], r["median_ms"])
+                        except Exception as exc:  # noqa: BLE001
+                            row["fi_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                            errors.append(row["fi_error"])
+                        torch.cuda.empty_cache()
+                    if "sdpa" in baselines:
+                        try:
+                            r = run_sdpa(preset, batch, ctx, args)
+                            row["sdpa_ms"] = r["median_ms"]
+                            row["sdpa_TBps"] = tbps(row["bf16_bytes"] - 4 * batch * math.ceil(ctx / args.page_size), r["median_ms"])
+                        except Exception as exc:  # noqa: BLE001
+                            row["sdpa_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                            errors.append(row["sdpa_error"])
+                        torch.cuda.empty_cache()
+                    for k in ("triton", "cute"):
+                        if row.get(f"{k}_ms"):
+                            row[f"{k}_pct_ceiling"] = 100 * row[f"{k}_TBps"] / bw["read_TBps"]
+                            for base in ("fi", "sdpa"):
+                                if row.get(f"{base}_ms"):
+                                    row[f"{k}_vs_{base}"] = row[f"{base}_ms"] / row[f"{k}_ms"]
+                except Exception as exc:  # noqa: BLE001 - keep what was measured
+                    row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                    errors.append(row["error"] + " | " + traceback.format_exc().splitlines()[-3])
+                    torch.cuda.empty_cache()
+                rows.append(row)
+                print(f"[row] {preset_name} B={batch} L={ctx}: "
+                      f"triton {row.get('triton_ms', float('nan')):.4f} ms "
+                      f"({row.get('triton_config')}; {row.get('triton_TBps') or 0:.2f} TB/s) "
+                      f"fi {row.get('fi_ms', float('nan')):.4f} sdpa {row.get('sdpa_ms', float('nan')):.4f} "
+                      f"speedup vs fi {row.get('triton_vs_fi', float('nan')):.2f}x "
+                      f"{row.get('error', '')}", flush=True)
+    cols = [("preset", "preset", ""), ("batch", "B", ""), ("context", "ctx", ""),
+            ("int2_bytes", "INT2 MB", ""), ("triton_ms", "Triton ms", ".4f"),
+            ("triton_TBps", "Triton TB/s", ".2f"), ("triton_pct_ceiling", "% read ceiling", ".0f"),
+            ("cute_ms", "CuTe ms", ".4f"), ("bf16_bytes", "BF16 MB", ""),
+            ("fi_ms", "FlashInfer BF16 ms", ".4f"), ("fi_TBps", "FI TB/s", ".2f"),
+            ("sdpa_ms", "SDPA BF16 ms", ".4f"), ("triton_vs_fi", "Triton vs FI", ".2f"),
+            ("triton_vs_sdpa", "Triton vs SDPA", ".2f"), ("cute_vs_fi", "CuTe vs FI", ".2f"),
+            ("triton_config", "Triton config", "")]
+    table_rows = [dict(r, int2_bytes=round(r["int2_bytes"] / 1e6, 1) if "int2_bytes" in r else None,
+                       bf16_bytes=round(r["bf16_bytes"] / 1e6, 1) if "bf16_bytes" in r else None)
+                  for r in rows]
+    md = (f"Read ceiling (torch.sum over 4 GiB, cold L2): **{bw['read_TBps']:.2f} TB/s**; "
+          f"copy {bw['copy_TBps']:.2f} TB/s. Times: median of CUDA-graph replays, cold L2. "
+          f"Speedup = BF16 time / INT2 time. Sweep per row in the JSON.\n\n"
+          + markdown_table(table_rows, cols)
+          + ("\n\nErrors:\n" + "\n".join(f"- {e}" for e in errors) if errors else ""))
+    gpu = header.get("gpu", "gpu").replace(" ", "_").lower()
+    stem = args.stem or f"{_dt.date.today().isoformat()}_{gpu}_bench_decode"
+    paths = write_results(stem, header, {"read_bandwidth": bw, "rows": rows, "errors": errors,
+                                         "args": vars(args)}, md, args.out_dir)
+    print(md)
+    print("wrote", *paths)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
