@@ -705,6 +705,28 @@ class Runner:
         model.set_lengths([context] * batch_size)
         model.tokens.random_(0, cfg.vocab_size)
         res = {"batch_size": batch_size, "context": context, "fused_elementwise": model.fused}
+        res.update(self._time(model, attn, batch_size))
+        alt = (a.int2_also if isinstance(attn, Int2PagedAttention) and self.dev.type == "cuda"
+               else None)
+        if alt and attn.resolved_backends().get("decode") != alt:
+            main_backend = attn.backend
+            attn.backend = alt
+            try:
+                r2 = self._time(model, attn, batch_size)
+                res["alt"] = {"backend": alt, "resolved": attn.resolved_backends(), **r2}
+            except Exception as exc:
+                res["alt"] = {"backend": alt, "error": f"{type(exc).__name__}: {exc}"[:500]}
+                if self.dev.type == "cuda":
+                    torch.cuda.synchronize()
+            finally:
+                attn.backend = main_backend
+        return res
+
+    def _time(self, model: "DecodeModel", attn, batch_size: int) -> dict:
+        """One eager step (bounds checked, kernels compiled), then graph timings of the
+        whole step and of the attention share."""
+        cfg, a = self.cfg, self.args
+        res = {}
         if hasattr(attn, "check_bounds"):
             attn.check_bounds = True
         t0 = time.perf_counter()
@@ -1038,6 +1060,18 @@ def summary_table(results: dict) -> str:
             lines.append(f"\nBest tokens/s in the budget: INT2 {best['int2']:.1f} vs BF16 "
                          f"{best['bf16']:.1f} = {best['int2'] / best['bf16']:.2f}x")
         lines.append("")
+    alts = [r for r in runs if "alt" in r and "step_ms" in r["alt"]]
+    if alts:
+        lines.append("### INT2 stack: `auto` backend vs the alternative forced backend\n")
+        lines.append("| preset | batch | context | auto (decode) | step ms | attn ms | alternative | "
+                     "step ms | attn ms |")
+        lines.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        for r in alts:
+            lines.append(f"| {r['preset']} | {r['batch_size']} | {r['context']} | "
+                         f"{(r.get('kernel') or {}).get('decode')} | {_fmt(r, 'step_ms')} | "
+                         f"{_fmt(r, 'attn_ms')} | {r['alt']['backend']} | "
+                         f"{_fmt(r['alt'], 'step_ms')} | {_fmt(r['alt'], 'attn_ms')} |")
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -1067,6 +1101,13 @@ def plot(results: dict, path: str) -> None:
             if pts:
                 ax.plot([p[0] / 1024 for p in pts], [p[1] for p in pts], "o-", color=color,
                         label=f"{kind.upper()} cache")
+        pts = sorted((r["context"], r["alt"]["step_ms"]) for r in results["runs"]
+                     if r["preset"] == name and r["cache"] == "int2" and r.get("fits")
+                     and r["batch_size"] == 1 and "step_ms" in r.get("alt", {}))
+        if pts:
+            alt = next(r["alt"]["backend"] for r in results["runs"] if "alt" in r)
+            ax.plot([p[0] / 1024 for p in pts], [p[1] for p in pts], "s--", color="tab:cyan",
+                    label=f"INT2 cache, {alt} backend forced")
         ax.set_xlabel("context (K tokens)")
         ax.set_ylabel("ms per token (batch 1)")
         ax.set_title(f"{name}: batch-1 decode latency")
@@ -1078,15 +1119,15 @@ def plot(results: dict, path: str) -> None:
                       key=lambda r: (r["cache"], r["batch_size"]))
         labels = [f"{r['cache'].upper()}\nB={r['batch_size']}" for r in rows]
         colors = ["tab:gray" if r["cache"] == "bf16" else "tab:blue" for r in rows]
-        ax.bar(range(len(rows)), [r["tokens_per_s"] for r in rows], color=colors)
+        bars = ax.bar(range(len(rows)), [r["tokens_per_s"] for r in rows], color=colors)
+        ax.bar_label(bars, fmt="%.0f", fontsize=8)
         ax.set_xticks(range(len(rows)), labels)
         ax.set_ylabel("tokens/s")
         budget = results["capacity"][name]["kv_budget_bytes"] / GIB
         ax.set_title(f"{name}: throughput at {tctx} tokens, {budget:.0f} GiB KV budget")
         ax.grid(alpha=0.3, axis="y")
     gpu = results["env"].get("gpu", results["env"].get("host"))
-    fig.suptitle(f"Decode step, random weights, CUDA graphs: BF16 (FlashInfer) vs OSCAR INT2 "
-                 f"({gpu})")
+    fig.suptitle(f"Decode steps (CUDA graphs): BF16 cache vs OSCAR INT2 cache, {gpu}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -1133,6 +1174,9 @@ def parse_args(argv=None):
     p.add_argument("--eager", action="store_true", help="no CUDA graphs (wall-clock steps)")
     p.add_argument("--no-fused", dest="fused", action="store_const", const=False, default=None,
                    help="plain torch elementwise ops (default: fused Triton kernels on CUDA)")
+    p.add_argument("--int2-also", default="triton", choices=["", "triton", "cute"],
+                   help="also time the INT2 stack with this backend forced, when 'auto' "
+                        "resolves to another ('' = off)")
     p.add_argument("--no-check", dest="check", action="store_false")
     p.add_argument("--check-len", type=int, default=1500)
     p.add_argument("--check-tol", type=float, default=2e-2,
