@@ -161,7 +161,9 @@ def test_append_and_decode_wrapper_equal_ops(backend, page_size, layout, gen):
     fi.append_paged_kv_cache(k, v, b, p, cache, ix, ip, last, layout, window_slots=slots,
                              rotation=rot, backend=backend)
     ops.quantize_append_paged_kv_cache(k, v, b, p, ref_cache, ix, ip, last, slots, rot,
-                                       backend="reference")
+                                       backend=backend)
+    # the wrapper is an adapter: same bytes and outputs as the op on the same backend
+    # (the backends themselves are compared with the reference in tests/triton_ref, tests/cute)
     for name, t in cache.tensors().items():
         assert torch.equal(t.view(torch.uint8), ref_cache.tensors()[name].view(torch.uint8)), name
 
@@ -172,13 +174,16 @@ def test_append_and_decode_wrapper_equal_ops(backend, page_size, layout, gen):
     out = torch.full_like(q, float("nan"))
     o, lse2 = w.run(q, cache, out=out, return_lse=True)
     want, lse = ops.paged_decode_attention(q, ref_cache, ip, ix, last, slots, rot, sm_scale=0.11,
-                                           return_lse=True, backend="reference")
+                                           return_lse=True, backend=backend)
     assert o is out and bool(torch.isfinite(o.float()).all())
-    tol = 0 if backend == "reference" else 2e-2
-    torch.testing.assert_close(o.float(), want.float(), atol=tol, rtol=tol)
-    torch.testing.assert_close(lse2, lse / math.log(2.0), atol=1e-5 if tol else 0, rtol=1e-6)
+    assert torch.equal(o, want)
+    torch.testing.assert_close(lse2, lse / math.log(2.0), atol=0, rtol=1e-6)
     _, lse_ln = w.run(q, cache, return_lse=True, lse_base="ln")
-    torch.testing.assert_close(lse_ln, lse, atol=tol, rtol=tol)
+    assert torch.equal(lse_ln, lse)
+    if backend != "reference":  # and the backend is close to the spec
+        spec_o = ops.paged_decode_attention(q, ref_cache, ip, ix, last, slots, rot,
+                                            sm_scale=0.11, backend="reference")
+        torch.testing.assert_close(o.float(), spec_o.float(), atol=3e-2, rtol=3e-2)
 
 
 def test_decode_wrapper_one_plan_many_layers(gen):
@@ -268,13 +273,11 @@ def test_prefill_wrapper_chunked_equals_ops_and_decode(backend, gen):
         v = torch.cat([vs[i][sl[i]] for i in range(2)])
         o = w.run(q, k, v, cache)
         want = ops.paged_extend_attention(q, k, v, qo, ref, ip, ix, last, slots, rot,
-                                          backend="reference")
-        tol = 0 if backend == "reference" else 2e-2
-        torch.testing.assert_close(o.float(), want.float(), atol=tol, rtol=tol)
+                                          backend=backend)
+        assert torch.equal(o, want)
         done = now
     for name, t in cache.tensors().items():
-        if "window" not in name and backend == "reference":
-            assert torch.equal(t.view(torch.uint8), ref.tensors()[name].view(torch.uint8)), name
+        assert torch.equal(t.view(torch.uint8), ref.tensors()[name].view(torch.uint8)), name
 
 
 # ------------------------------------------------------------------------ errors

@@ -1,0 +1,365 @@
+"""SGLang plugin: ``--kv-cache-dtype int2`` on stock SGLang, no fork.
+
+Installed by ``pip install oscar-kernels[sglang]``, which registers
+:func:`register` under SGLang's ``sglang.srt.plugins`` entry-point group. SGLang calls
+``sglang.srt.plugins.load_plugins()`` early in every process (launcher, engine,
+scheduler/model workers); :func:`register` then adds hooks through SGLang's
+``HookRegistry``:
+
+* ``ServerArgs.add_cli_args`` (after): adds ``int2`` to ``--kv-cache-dtype`` and the flags
+  ``--oscar-rotation-path``, ``--oscar-sink-size``, ``--oscar-recent-size``,
+  ``--oscar-group-size``, ``--oscar-backend``.
+* ``ServerArgs.from_cli_args`` (around): moves the ``--oscar-*`` values into
+  ``OSCAR_*`` environment variables (inherited by SGLang's worker processes).
+* ``ServerArgs.resolve_once`` (before): turns ``kv_cache_dtype="int2"`` into the model
+  dtype for SGLang's own checks, records ``OSCAR_KV_CACHE_DTYPE=int2``, and rejects
+  unsupported combinations (pipeline parallel, hierarchical cache, speculative decoding,
+  DP attention, a missing artifact) with a clear message at startup.
+* ``KVCacheConfigurator._build_mha_kv_pool`` (around): builds
+  :class:`~oscar_kernels.integrations.sglang_backend.OscarInt2TokenToKVPool` (one
+  :class:`~oscar_kernels.cache.Int2PagedKVCache` per layer, pages of SGLang's
+  ``--page-size``) after checking the model (MLA, head_dim a power of two) and loading
+  and validating the rotation artifact for this TP rank's KV heads.
+* ``attention_backend_setup._build_full_attention_backend_from_str`` (around): returns
+  :class:`~oscar_kernels.integrations.sglang_backend.OscarInt2AttnBackend`.
+* ``ReqToTokenPool.alloc_rows`` (after): marks freshly assigned request rows, whose
+  window slots must be rebuilt (prefix caching, docs/integrations.md).
+
+This module imports no SGLang code at import time; the pool and backend classes live in
+``sglang_backend.py``. The helpers here (configuration, artifact loading, page tables,
+window rebuild) are plain torch and tested without SGLang.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import ArtifactError, UnsupportedConfigError, expect
+from ..reference.paged import gather_int2
+from ..rotation import LayerRotation, ModelFingerprint, RotationArtifact
+from ..spec import DEFAULT_RECENT_SIZE, DEFAULT_SINK_SIZE, is_power_of_two
+from .tp import kv_head_range, shard_rotation
+
+log = logging.getLogger(__name__)
+
+INT2 = "int2"
+ENV = {
+    "dtype": "OSCAR_KV_CACHE_DTYPE",
+    "rotation_path": "OSCAR_ROTATION_PATH",
+    "sink_size": "OSCAR_SINK_SIZE",
+    "recent_size": "OSCAR_RECENT_SIZE",
+    "group_size": "OSCAR_GROUP_SIZE",
+    "backend": "OSCAR_BACKEND",
+}
+
+
+# ------------------------------------------------------------------ configuration
+@dataclass(frozen=True)
+class OscarConfig:
+    """The plugin's settings (from the ``--oscar-*`` flags via ``OSCAR_*`` variables)."""
+
+    rotation_path: str | None = None
+    sink_size: int = DEFAULT_SINK_SIZE
+    recent_size: int = DEFAULT_RECENT_SIZE
+    group_size: int | None = None
+    backend: str = "auto"
+
+    @classmethod
+    def from_env(cls, environ=None) -> "OscarConfig":
+        env = os.environ if environ is None else environ
+
+        def as_int(key, default):
+            raw = env.get(ENV[key])
+            if raw in (None, ""):
+                return default
+            try:
+                return int(raw)
+            except ValueError:
+                raise ValueError(f"{ENV[key]}: expected an integer, got {raw!r}") from None
+
+        return cls(rotation_path=env.get(ENV["rotation_path"]) or None,
+                   sink_size=as_int("sink_size", DEFAULT_SINK_SIZE),
+                   recent_size=as_int("recent_size", DEFAULT_RECENT_SIZE),
+                   group_size=as_int("group_size", None),
+                   backend=env.get(ENV["backend"]) or "auto")
+
+    def to_env(self, environ=None) -> None:
+        env = os.environ if environ is None else environ
+        env[ENV["dtype"]] = INT2
+        for key in ("rotation_path", "sink_size", "recent_size", "group_size", "backend"):
+            val = getattr(self, key)
+            if val is None:
+                env.pop(ENV[key], None)
+            else:
+                env[ENV[key]] = str(val)
+
+    def validate(self) -> None:
+        expect(self.sink_size >= 0, "--oscar-sink-size", "a non-negative int", self.sink_size)
+        expect(self.recent_size >= 0, "--oscar-recent-size", "a non-negative int",
+               self.recent_size)
+        expect(self.backend in ("auto", "reference", "triton", "cute"), "--oscar-backend",
+               "one of auto, reference, triton, cute", self.backend)
+        if self.rotation_path is not None:
+            expect(os.path.exists(self.rotation_path), "--oscar-rotation-path",
+                   "an existing .safetensors file or a directory", self.rotation_path,
+                   ArtifactError)
+
+
+def int2_enabled(environ=None) -> bool:
+    """Whether this process serves with the INT2 cache (set by the ``ServerArgs`` hook)."""
+    env = os.environ if environ is None else environ
+    return env.get(ENV["dtype"]) == INT2
+
+
+# --------------------------------------------------------------------- startup checks
+def check_server_args(server_args) -> None:
+    """Reject what the INT2 plugin does not support, before any model is loaded."""
+    problems = []
+    if int(getattr(server_args, "pp_size", 1) or 1) > 1:
+        problems.append(f"pipeline parallelism (--pp-size {server_args.pp_size}): use "
+                        "--tp only")
+    if getattr(server_args, "enable_hierarchical_cache", False):
+        problems.append("--enable-hierarchical-cache: the host tier would copy INT2 pages "
+                        "without the per-request BF16 windows")
+    if getattr(server_args, "speculative_algorithm", None):
+        problems.append(f"speculative decoding ({server_args.speculative_algorithm}): "
+                        "draft/verify attention is not implemented")
+    if int(getattr(server_args, "dp_size", 1) or 1) > 1 and getattr(
+            server_args, "enable_dp_attention", False):
+        problems.append("DP attention")
+    if problems:
+        raise UnsupportedConfigError("--kv-cache-dtype int2 does not support: "
+                                     + "; ".join(problems))
+
+
+def check_model(*, use_mla: bool, head_dim: int, v_head_dim: int | None,
+                architecture: str = "") -> None:
+    """Reject models the INT2 cache cannot hold, with the reason."""
+    if use_mla:
+        raise UnsupportedConfigError(f"--kv-cache-dtype int2: MLA models ({architecture}) "
+                                     "keep a latent cache, not per-head K/V; not supported")
+    if not (is_power_of_two(head_dim) and head_dim >= 16):
+        raise UnsupportedConfigError(f"--kv-cache-dtype int2: head_dim must be a power of two "
+                                     f">= 16 (Hadamard rotation, 4-way packing), got {head_dim}")
+    if v_head_dim not in (None, head_dim):
+        raise UnsupportedConfigError(f"--kv-cache-dtype int2: v_head_dim ({v_head_dim}) must "
+                                     f"equal head_dim ({head_dim})")
+
+
+# ------------------------------------------------------------------------- artifacts
+def load_rotation_artifact(path: str | None, fingerprint: ModelFingerprint) -> RotationArtifact:
+    """Load and validate the rotations for a model.
+
+    ``path`` is an artifact ``.safetensors`` file, or a directory holding exactly one such
+    file, or a directory holding the reference RotationZoo pair ``k_rotation_*.pt`` /
+    ``v_rotation_*.pt`` (converted with :meth:`RotationArtifact.from_reference_zoo`).
+    ``None`` gives the calibration-free Hadamard rotation (logged as a warning).
+    Raises :class:`ArtifactError` naming the file and the mismatch.
+    """
+    if path is None:
+        log.warning("oscar int2: no --oscar-rotation-path; using the calibration-free "
+                    "Hadamard rotation (lower quality than a calibrated artifact)")
+        return RotationArtifact.hadamard(fingerprint)
+    if os.path.isdir(path):
+        st = sorted(glob.glob(os.path.join(path, "*.safetensors")))
+        ks = sorted(glob.glob(os.path.join(path, "k_rotation_*.pt")))
+        vs = sorted(glob.glob(os.path.join(path, "v_rotation_*.pt")))
+        if len(st) == 1:
+            art = RotationArtifact.load(st[0])
+        elif len(st) > 1:
+            raise ArtifactError(f"--oscar-rotation-path {path}: expected one .safetensors "
+                                f"artifact, found {len(st)}: {[os.path.basename(s) for s in st]}")
+        elif len(ks) == 1 and len(vs) == 1:
+            art = RotationArtifact.from_reference_zoo(
+                ks[0], vs[0], num_kv_heads=fingerprint.num_kv_heads,
+                num_qo_heads=fingerprint.num_qo_heads)
+        else:
+            raise ArtifactError(f"--oscar-rotation-path {path}: expected a .safetensors "
+                                "artifact or one k_rotation_*.pt / v_rotation_*.pt pair, "
+                                f"found {sorted(os.listdir(path))[:10]}")
+    else:
+        art = RotationArtifact.load(path)
+    art.check_model(fingerprint)
+    return art
+
+
+def rank_rotations(artifact: RotationArtifact, *, tp_rank: int, tp_size: int,
+                   start_layer: int = 0, end_layer: int | None = None,
+                   device=None) -> list[LayerRotation]:
+    """Rotations of this rank's KV heads for layers ``[start_layer, end_layer]``, on ``device``."""
+    fp = artifact.fingerprint
+    h0, h1 = kv_head_range(tp_rank, tp_size, fp.num_kv_heads)
+    end = fp.num_layers - 1 if end_layer is None else end_layer
+    return [shard_rotation(artifact.layer(i), h0, h1, fp.num_kv_heads).to(device)
+            for i in range(start_layer, end + 1)]
+
+
+# ----------------------------------------------------------------------- page tables
+def page_table_from_req_to_token(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor,
+                                 seq_lens: torch.Tensor, page_size: int, *,
+                                 seq_lens_cpu: torch.Tensor | None = None):
+    """FlashInfer page table from SGLang's token-granular ``req_to_token`` rows.
+
+    SGLang stores, per request row, the token slot of every position; pages are
+    ``page_size`` consecutive slots, so page id = slot // page_size and the first slot of
+    each page is at positions ``0, page_size, 2 * page_size, ...``.
+
+    Parameters
+    ----------
+    req_to_token : Tensor ``[num_rows, max_context_len]`` int32
+    req_pool_indices : Tensor ``[batch_size]``
+    seq_lens : Tensor ``[batch_size]``
+        Lengths after this forward's tokens.
+    page_size : int
+    seq_lens_cpu : Tensor, optional
+        Host copy of ``seq_lens`` (SGLang keeps one); avoids a device sync.
+
+    Returns
+    -------
+    ``kv_indptr [batch_size + 1]``, ``kv_indices [sum(num_pages)]``,
+    ``kv_last_page_len [batch_size]``, all int32 on ``req_to_token.device``.
+    """
+    dev = req_to_token.device
+    lens = (seq_lens if seq_lens_cpu is None else seq_lens_cpu).to("cpu", torch.int64)
+    pages = (lens + page_size - 1) // page_size
+    kv_indptr = torch.zeros(len(lens) + 1, dtype=torch.int64)
+    kv_indptr[1:] = torch.cumsum(pages, 0)
+    rows = req_pool_indices.to(dev, torch.int64)
+    max_pages = int(pages.max()) if len(lens) else 0
+    cols = torch.arange(max_pages, device=dev) * page_size
+    table = req_to_token[rows][:, cols] if max_pages else req_to_token[rows][:, :0]
+    mask = torch.arange(max_pages, device=dev)[None, :] < pages.to(dev)[:, None]
+    kv_indices = (table[mask].to(torch.int64) // page_size).to(torch.int32)
+    last = torch.where(pages > 0, (lens - 1) % page_size + 1, torch.zeros_like(lens))
+    return (kv_indptr.to(dev, torch.int32), kv_indices, last.to(dev, torch.int32))
+
+
+def rebuild_window_from_pages(cache, pages: torch.Tensor, window_slot: int,
+                              prefix_len: int) -> None:
+    """Fill a request's window slot for a reused prefix of ``prefix_len`` tokens.
+
+    The slot of a request that starts on a cached prefix holds another request's rows.
+    Its sink rows ``[0, min(S, P))`` and the recent rows ``[max(S, P - W), P)`` of the
+    prefix are rewritten from the shared INT2 pages (dequantized, in rotated space, as
+    BF16), so nothing stale is ever read. (They carry INT2 precision instead of BF16;
+    docs/integrations.md explains this trade and the exact alternative.)
+    """
+    spec = cache.spec
+    s, w = spec.sink_size, spec.recent_size
+    if prefix_len <= 0:
+        return
+    k, v = gather_int2(cache, pages, prefix_len)
+    pos = torch.arange(prefix_len, device=k.device)
+    keep = (pos < s) | ((pos >= max(s, prefix_len - w)) & (w > 0))
+    pos = pos[keep]
+    rows = torch.where(pos < s, pos, s + (pos % w if w > 0 else pos))
+    cache.k_window[window_slot, rows] = k[keep].to(cache.k_window.dtype)
+    cache.v_window[window_slot, rows] = v[keep].to(cache.v_window.dtype)
+
+
+# --------------------------------------------------------------------------- hooks
+_PARSER_FLAGS = (
+    ("--oscar-rotation-path", dict(type=str, default=None,
+                                   help="INT2 KV cache: rotation artifact (.safetensors file, "
+                                        "or a directory with one, or a RotationZoo "
+                                        "k_rotation_*.pt / v_rotation_*.pt pair)")),
+    ("--oscar-sink-size", dict(type=int, default=DEFAULT_SINK_SIZE,
+                               help="INT2 KV cache: first tokens kept in BF16")),
+    ("--oscar-recent-size", dict(type=int, default=DEFAULT_RECENT_SIZE,
+                                 help="INT2 KV cache: last tokens kept in BF16")),
+    ("--oscar-group-size", dict(type=int, default=None,
+                                help="INT2 KV cache: channels per scale/zero (default head_dim)")),
+    ("--oscar-backend", dict(type=str, default="auto",
+                             choices=["auto", "reference", "triton", "cute"],
+                             help="INT2 KV cache: kernel backend")),
+)
+
+
+def _after_add_cli_args(result, parser, *args, **kwargs):
+    for action in parser._actions:
+        if action.dest == "kv_cache_dtype" and action.choices is not None \
+                and INT2 not in action.choices:
+            action.choices = list(action.choices) + [INT2]
+            action.help = (action.help or "") + ' "int2": OSCAR INT2 KV cache (oscar-kernels).'
+    existing = {o for a in parser._actions for o in a.option_strings}
+    for flag, kw in _PARSER_FLAGS:
+        if flag not in existing:
+            parser.add_argument(flag, **kw)
+    return result
+
+
+def _around_from_cli_args(original, cls, args, *rest, **kwargs):
+    if getattr(args, "kv_cache_dtype", None) == INT2:
+        OscarConfig(rotation_path=getattr(args, "oscar_rotation_path", None),
+                    sink_size=getattr(args, "oscar_sink_size", DEFAULT_SINK_SIZE),
+                    recent_size=getattr(args, "oscar_recent_size", DEFAULT_RECENT_SIZE),
+                    group_size=getattr(args, "oscar_group_size", None),
+                    backend=getattr(args, "oscar_backend", "auto")).to_env()
+    return original(cls, args, *rest, **kwargs)
+
+
+def _before_resolve_once(self, *args, **kwargs):
+    if getattr(self, "kv_cache_dtype", None) != INT2:
+        return None
+    if not int2_enabled():  # Engine(kv_cache_dtype="int2") without the CLI: env or defaults
+        OscarConfig.from_env().to_env()
+    config = OscarConfig.from_env()
+    config.validate()
+    check_server_args(self)
+    # SGLang's own checks see the model dtype; the INT2 pool replaces the BF16 one later.
+    self.kv_cache_dtype = "auto"
+    log.info("oscar int2: INT2 KV cache enabled (%s)", config)
+    return None
+
+
+def _around_build_mha_kv_pool(original, self, *args, **kwargs):
+    if not int2_enabled():
+        return original(self, *args, **kwargs)
+    from .sglang_backend import build_int2_pool
+
+    return build_int2_pool(self, *args, **kwargs)
+
+
+def _around_build_attention_backend(original, *args, **kwargs):
+    if not int2_enabled():
+        return original(*args, **kwargs)
+    from .sglang_backend import OscarInt2AttnBackend
+
+    model_runner = kwargs.get("model_runner", args[0] if args else None)
+    log.info("oscar int2: attention backend OscarInt2AttnBackend (requested %r replaced)",
+             kwargs.get("backend_str"))
+    return OscarInt2AttnBackend(model_runner)
+
+
+def _after_alloc_rows(result, pool, *args, **kwargs):
+    if result is not None and int2_enabled():
+        from .sglang_backend import mark_fresh_rows
+
+        mark_fresh_rows(result)
+    return result
+
+
+HOOKS = (
+    ("sglang.srt.server_args.ServerArgs.add_cli_args", _after_add_cli_args, "AFTER"),
+    ("sglang.srt.server_args.ServerArgs.from_cli_args", _around_from_cli_args, "AROUND"),
+    ("sglang.srt.server_args.ServerArgs.resolve_once", _before_resolve_once, "BEFORE"),
+    ("sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator._build_mha_kv_pool",
+     _around_build_mha_kv_pool, "AROUND"),
+    ("sglang.srt.model_executor.model_runner_components.attention_backend_setup."
+     "_build_full_attention_backend_from_str", _around_build_attention_backend, "AROUND"),
+    ("sglang.srt.mem_cache.memory_pool.ReqToTokenPool.alloc_rows", _after_alloc_rows, "AFTER"),
+)
+
+
+def register() -> None:
+    """Entry point of the ``sglang.srt.plugins`` group: register the hooks above."""
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    for target, fn, kind in HOOKS:
+        HookRegistry.register(target, fn, getattr(HookType, kind))
+    log.info("oscar int2: SGLang plugin registered %d hooks", len(HOOKS))

@@ -1,0 +1,345 @@
+"""SGLang classes of the INT2 plugin: the KV pool and the attention backend.
+
+Imported only inside SGLang processes (it subclasses SGLang's ``KVCache`` and
+``AttentionBackend``); the hooks that install them are in ``sglang.py``.
+
+* :class:`OscarInt2TokenToKVPool` holds one :class:`~oscar_kernels.cache.Int2PagedKVCache`
+  per local layer. SGLang's token slots map to pages of ``page_size`` slots (``--page-size``,
+  1 by default): slot ``s`` is page ``s // page_size``, row ``s % page_size``. Window slots
+  are SGLang's request rows (``req_pool_indices``), plus spare slots for CUDA-graph padding.
+* :class:`OscarInt2AttnBackend` plans the FlashInfer-shaped wrappers once per forward
+  (page table from ``req_to_token``) and runs them per layer with that layer's cache and
+  rotation: extend = :class:`Int2BatchPrefillWithPagedKVCacheWrapper` (writes the chunk,
+  causal attention), decode = :func:`append_paged_kv_cache` of the new token + the decode
+  wrapper. A request row that SGLang has just assigned and that starts on a cached prefix
+  gets its window slot rebuilt before its first extend (``rebuild_window_from_pages``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
+from sglang.srt.mem_cache.memory_pool import KVCache
+
+from ..cache import Int2PagedKVCache
+from ..errors import UnsupportedConfigError
+from ..rotation import ModelFingerprint
+from ..spec import CacheSpec
+from .flashinfer import (Int2BatchDecodeWithPagedKVCacheWrapper,
+                         Int2BatchPrefillWithPagedKVCacheWrapper, append_paged_kv_cache)
+from .sglang import (OscarConfig, check_model, load_rotation_artifact,
+                     page_table_from_req_to_token, rank_rotations, rebuild_window_from_pages)
+
+log = logging.getLogger(__name__)
+
+#: Request rows assigned since their last forward (their window slot holds stale rows).
+_FRESH_ROWS: set[int] = set()
+
+
+def mark_fresh_rows(rows) -> None:
+    """Called by the ``ReqToTokenPool.alloc_rows`` hook with newly assigned rows."""
+    _FRESH_ROWS.update(int(r) for r in rows)
+
+
+class OscarInt2TokenToKVPool(KVCache):
+    """SGLang KV pool storing the INT2 format (docs/format.md): one cache per layer.
+
+    Parameters
+    ----------
+    size, page_size, layer_num, device, enable_memory_saver, start_layer, end_layer
+        As SGLang's ``MHATokenToKVPool``.
+    head_num, head_dim : int
+        This TP rank's KV heads and the head dim.
+    rotations : list[LayerRotation]
+        This rank's rotations for layers ``start_layer..end_layer`` (already sharded).
+    config : OscarConfig
+    dtype : torch.dtype
+        The model dtype (what ``get_key_buffer`` users would expect; INT2 has no such buffer).
+    """
+
+    def __init__(self, size: int, page_size: int, dtype: torch.dtype, head_num: int,
+                 head_dim: int, layer_num: int, device: str, enable_memory_saver: bool, *,
+                 rotations, config: OscarConfig, start_layer: int | None = None,
+                 end_layer: int | None = None, num_window_slots: int = 1, **_ignored):
+        super().__init__(size, page_size, dtype, layer_num, device, enable_memory_saver,
+                         start_layer, end_layer)
+        self.head_num, self.head_dim = head_num, head_dim
+        self.config = config
+        self.spec = CacheSpec(num_kv_heads=head_num, head_dim=head_dim, page_size=page_size,
+                              group_size=config.group_size, sink_size=config.sink_size,
+                              recent_size=config.recent_size)
+        self.num_pages = (size + page_size) // page_size + 1
+        self.rotations = rotations
+        self.layers = [Int2PagedKVCache.allocate(self.spec, self.num_pages, num_window_slots,
+                                                 device=device)
+                       for _ in range(self.end_layer - self.start_layer + 1)]
+        self._finalize_allocation_log(size)
+
+    # -------------------------------------------------------------- accessors
+    def layer_cache(self, layer_id: int) -> Int2PagedKVCache:
+        return self.layers[layer_id - self.start_layer]
+
+    def layer_rotation(self, layer_id: int):
+        return self.rotations[layer_id - self.start_layer]
+
+    @property
+    def num_window_slots(self) -> int:
+        return self.layers[0].num_window_slots
+
+    def ensure_window_slots(self, n: int) -> None:
+        """Grow every layer's window store to at least ``n`` slots (before serving)."""
+        if n <= self.num_window_slots:
+            return
+        for cache in self.layers:
+            for name in ("k_window", "v_window"):
+                old = getattr(cache, name)
+                new = torch.empty(self.spec.window_shape(n), dtype=old.dtype, device=old.device)
+                new[: old.shape[0]] = old
+                setattr(cache, name, new)
+
+    def get_kv_size_bytes(self):
+        k = sum(c.k_codes.nbytes + c.k_params.nbytes + c.k_window.nbytes for c in self.layers)
+        v = sum(c.v_codes.nbytes + c.v_params.nbytes + c.v_window.nbytes for c in self.layers)
+        return k, v
+
+    def _unsupported(self, what: str):
+        raise UnsupportedConfigError(f"OscarInt2TokenToKVPool.{what}: the INT2 pool has no "
+                                     "BF16 K/V buffer; only OscarInt2AttnBackend reads it")
+
+    def get_key_buffer(self, layer_id: int):
+        self._unsupported("get_key_buffer")
+
+    def get_value_buffer(self, layer_id: int):
+        self._unsupported("get_value_buffer")
+
+    def get_kv_buffer(self, layer_id: int):
+        self._unsupported("get_kv_buffer")
+
+    def set_kv_buffer(self, layer, loc, cache_k, cache_v, *args, **kwargs):
+        self._unsupported("set_kv_buffer (writes need each token's sequence position; "
+                          "the attention backend writes)")
+
+
+def build_int2_pool(configurator, *, max_total_num_tokens: int, mha_pool_class=None,
+                    quant_method=None, **_):
+    """Replacement of ``KVCacheConfigurator._build_mha_kv_pool`` under ``int2``."""
+    from sglang.srt.runtime_context import get_parallel
+
+    mc = configurator.model_config
+    check_model(use_mla=bool(getattr(configurator, "use_mla_backend", False))
+                or str(getattr(mc, "attention_arch", "")).endswith("MLA"),
+                head_dim=mc.head_dim, v_head_dim=getattr(mc, "v_head_dim", None),
+                architecture=str(getattr(mc.hf_config, "architectures", "")))
+    par = get_parallel()
+    tp_size, tp_rank = par.attn_tp_size, par.attn_tp_rank
+    config = OscarConfig.from_env()
+    fp = ModelFingerprint(num_layers=mc.num_hidden_layers,
+                          num_kv_heads=mc.get_total_num_kv_heads(),
+                          num_qo_heads=mc.num_attention_heads, head_dim=mc.head_dim)
+    artifact = load_rotation_artifact(config.rotation_path, fp)
+    li = configurator.layer_info
+    rotations = rank_rotations(artifact, tp_rank=tp_rank, tp_size=tp_size,
+                               start_layer=li.start_layer, end_layer=li.end_layer,
+                               device=configurator.device)
+    head_num = mc.get_num_kv_heads(tp_size)
+    log.info("oscar int2: pool for %d layers, %d KV heads (rank %d/%d), page_size %d, "
+             "artifact %s (%s)", li.end_layer - li.start_layer + 1, head_num, tp_rank, tp_size,
+             configurator.pool_page_size, config.rotation_path, artifact.method)
+    return OscarInt2TokenToKVPool(
+        max_total_num_tokens, configurator.pool_page_size, configurator.kv_cache_dtype,
+        head_num, mc.head_dim, li.num_effective_layers, configurator.device, False,
+        rotations=rotations, config=config, start_layer=li.start_layer,
+        end_layer=li.end_layer)
+
+
+class OscarInt2AttnBackend(AttentionBackend):
+    """Decode and extend over :class:`OscarInt2TokenToKVPool` through the public ops."""
+
+    def __init__(self, model_runner):
+        super().__init__()
+        pool = model_runner.token_to_kv_pool
+        if not isinstance(pool, OscarInt2TokenToKVPool):
+            raise UnsupportedConfigError(
+                f"OscarInt2AttnBackend needs the INT2 pool, got {type(pool).__name__} "
+                "(hybrid/SWA/unified pools are not supported with --kv-cache-dtype int2)")
+        self.pool = pool
+        self.device = torch.device(model_runner.device)
+        self.req_to_token_pool = model_runner.req_to_token_pool
+        self.page_size = pool.page_size
+        self.num_rows = self.req_to_token_pool.req_to_token.shape[0]
+        self.spare_slots = 0
+        pool.ensure_window_slots(self.num_rows)
+        ws = torch.empty(0, dtype=torch.uint8, device=self.device)
+        backend = pool.config.backend
+        self.decode_wrapper = Int2BatchDecodeWithPagedKVCacheWrapper(ws, backend=backend)
+        self.prefill_wrapper = Int2BatchPrefillWithPagedKVCacheWrapper(ws, backend=backend)
+        self.graph_wrappers: dict[int, Int2BatchDecodeWithPagedKVCacheWrapper] = {}
+        self.forward_metadata = None
+        self.num_qo_heads = _rank_qo_heads(model_runner, pool)
+
+    # ------------------------------------------------------------ metadata
+    def _window_slots(self, req_pool_indices_cpu: torch.Tensor) -> torch.Tensor:
+        """Request rows as window slots; repeated rows (CUDA-graph padding) get spare slots."""
+        rows = req_pool_indices_cpu.to(torch.int64).tolist()
+        seen, out, spare = set(), [], self.num_rows
+        for r in rows:
+            if r in seen:
+                out.append(spare)
+                spare += 1
+            else:
+                seen.add(r)
+                out.append(r)
+        if spare > self.num_rows + self.spare_slots:
+            self.spare_slots = spare - self.num_rows
+            self.pool.ensure_window_slots(spare)
+        return torch.tensor(out, dtype=torch.int32)
+
+    def _plan(self, forward_batch, wrapper=None):
+        fb = forward_batch
+        rows_cpu = (fb.req_pool_indices_cpu if getattr(fb, "req_pool_indices_cpu", None)
+                    is not None else fb.req_pool_indices.cpu())
+        lens_cpu = fb.seq_lens_cpu if fb.seq_lens_cpu is not None else fb.seq_lens.cpu()
+        kv_indptr, kv_indices, last = page_table_from_req_to_token(
+            self.req_to_token_pool.req_to_token, fb.req_pool_indices, fb.seq_lens,
+            self.page_size, seq_lens_cpu=lens_cpu)
+        slots = self._window_slots(rows_cpu).to(self.device)
+        spec = self.pool.spec
+        h = spec.num_kv_heads
+        meta = {"slots": slots, "kv_indptr": kv_indptr, "kv_indices": kv_indices,
+                "last": last, "lens_cpu": lens_cpu.to(torch.int64)}
+        if fb.forward_mode.is_decode():
+            w = wrapper or self.decode_wrapper
+            w.plan(kv_indptr, kv_indices, last, self.num_qo_heads, h, spec.head_dim,
+                   spec.page_size, window_slots=slots, spec=None)
+            meta["wrapper"] = w
+            meta["batch_indices"] = torch.arange(len(lens_cpu), dtype=torch.int32,
+                                                 device=self.device)
+            meta["positions"] = (fb.seq_lens.to(self.device) - 1).to(torch.int32)
+        else:
+            ext = fb.extend_seq_lens_cpu
+            pre = fb.extend_prefix_lens_cpu
+            qo = torch.zeros(len(ext) + 1, dtype=torch.int32)
+            qo[1:] = torch.cumsum(torch.tensor(ext, dtype=torch.int64), 0).to(torch.int32)
+            self.prefill_wrapper.plan(qo.to(self.device), kv_indptr, kv_indices, last,
+                                      self.num_qo_heads, h, spec.head_dim, spec.page_size,
+                                      causal=True, window_slots=slots)
+            meta["wrapper"] = self.prefill_wrapper
+            rebuild = []
+            ip = kv_indptr.cpu()
+            for b, row in enumerate(rows_cpu.tolist()):
+                if int(row) in _FRESH_ROWS and int(pre[b]) > 0:
+                    npages = -(-int(pre[b]) // self.page_size)
+                    rebuild.append((int(slots[b]), int(pre[b]),
+                                    kv_indices[int(ip[b]):int(ip[b]) + npages]))
+            meta["rebuild"] = rebuild
+        for row in rows_cpu.tolist():
+            _FRESH_ROWS.discard(int(row))
+        return meta
+
+    def init_forward_metadata(self, forward_batch):
+        if forward_batch.forward_mode.is_idle():
+            self.forward_metadata = None
+            return
+        self.forward_metadata = self._plan(forward_batch)
+
+    # -------------------------------------------------------- CUDA graphs
+    def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int):
+        """Persistent page-table buffers for decode graphs, one wrapper per batch size."""
+        max_pages = -(-self.req_to_token_pool.req_to_token.shape[1] // self.page_size)
+        self.graph_buffers = {
+            "indptr": torch.zeros(max_bs + 1, dtype=torch.int32, device=self.device),
+            "indices": torch.zeros(max_bs * max_pages, dtype=torch.int32, device=self.device),
+            "last": torch.ones(max_bs, dtype=torch.int32, device=self.device),
+            "slots": torch.zeros(max_bs, dtype=torch.int32, device=self.device),
+        }
+        self.pool.ensure_window_slots(self.num_rows + max_bs)
+        self.spare_slots = max_bs
+
+    def _graph_wrapper(self, bs: int) -> Int2BatchDecodeWithPagedKVCacheWrapper:
+        w = self.graph_wrappers.get(bs)
+        if w is None:
+            b = self.graph_buffers
+            w = Int2BatchDecodeWithPagedKVCacheWrapper(
+                torch.empty(0, dtype=torch.uint8, device=self.device), "NHD", True, False,
+                b["indptr"][: bs + 1], b["indices"], b["last"][:bs],
+                window_slots_buffer=b["slots"][:bs], backend=self.pool.config.backend)
+            self.graph_wrappers[bs] = w
+        return w
+
+    def init_forward_metadata_out_graph(self, forward_batch, in_capture: bool = False):
+        """Host side of capture and replay: plan into the persistent buffers."""
+        if not forward_batch.forward_mode.is_decode():
+            return self.init_forward_metadata(forward_batch)
+        self.forward_metadata = self._plan(
+            forward_batch, self._graph_wrapper(forward_batch.batch_size))
+
+    def init_forward_metadata_in_graph(self, forward_batch):
+        """Nothing to record: run() reads the buffers planned out of graph."""
+
+    def get_cuda_graph_seq_len_fill_value(self):
+        return 1
+
+    # ------------------------------------------------------------- forward
+    def _check_layer(self, layer):
+        if getattr(layer, "logit_cap", 0) and layer.logit_cap > 0:
+            raise UnsupportedConfigError(f"layer {layer.layer_id}: logit soft-capping is not "
+                                         "supported with --kv-cache-dtype int2")
+        if getattr(layer, "sliding_window_size", -1) not in (None, -1):
+            raise UnsupportedConfigError(f"layer {layer.layer_id}: sliding-window attention is "
+                                         "not supported with --kv-cache-dtype int2")
+        if getattr(layer, "is_cross_attention", False):
+            raise UnsupportedConfigError("cross attention is not supported with int2")
+
+    def _shapes(self, q, k, v, layer):
+        d = layer.qk_head_dim
+        q3 = q.reshape(-1, layer.tp_q_head_num, d)
+        k3 = k.reshape(-1, layer.tp_k_head_num, d)
+        v3 = v.reshape(-1, layer.tp_k_head_num, d)
+        return q3, k3, v3
+
+    def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
+        self._check_layer(layer)
+        if k is None or v is None or not save_kv_cache:
+            raise UnsupportedConfigError("int2 extend needs the new K/V (save_kv_cache=True)")
+        meta = self.forward_metadata
+        cache = self.pool.layer_cache(layer.layer_id)
+        for slot, prefix_len, pages in meta["rebuild"]:
+            rebuild_window_from_pages(cache, pages, slot, prefix_len)
+        q3, k3, v3 = self._shapes(q, k, v, layer)
+        meta["wrapper"]._plan["sm_scale"] = float(layer.scaling)
+        o = meta["wrapper"].run(q3, k3, v3, cache,
+                                rotation=self.pool.layer_rotation(layer.layer_id))
+        return o.reshape(-1, layer.tp_q_head_num * layer.v_head_dim)
+
+    def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
+        self._check_layer(layer)
+        meta = self.forward_metadata
+        cache = self.pool.layer_cache(layer.layer_id)
+        rot = self.pool.layer_rotation(layer.layer_id)
+        q3, k3, v3 = self._shapes(q, k, v, layer)
+        if save_kv_cache and k is not None:
+            plan = meta["wrapper"]._plan  # the planned (possibly persistent) device tables
+            append_paged_kv_cache(k3, v3, meta["batch_indices"], meta["positions"], cache,
+                                  plan["indices"], plan["indptr"], plan["last_page_len"],
+                                  window_slots=plan["window_slots"], rotation=rot,
+                                  backend=self.pool.config.backend, check_bounds=False)
+        # one plan serves all layers; the softmax scale is the layer's (RadixAttention.scaling)
+        meta["wrapper"]._plan["sm_scale"] = float(layer.scaling)
+        o = meta["wrapper"].run(q3, cache, rotation=rot)
+        return o.reshape(-1, layer.tp_q_head_num * layer.v_head_dim)
+
+
+def _rank_qo_heads(model_runner, pool) -> int:
+    """Query heads on this rank: the model's heads over the attention TP size."""
+    override = getattr(pool, "num_qo_heads", None)
+    if override:
+        return int(override)
+    from sglang.srt.runtime_context import get_parallel
+
+    return model_runner.model_config.get_num_attention_heads(get_parallel().attn_tp_size)
+
+
+__all__ = ["OscarInt2TokenToKVPool", "OscarInt2AttnBackend", "build_int2_pool",
+           "mark_fresh_rows"]
