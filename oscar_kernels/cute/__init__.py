@@ -106,24 +106,22 @@ def decode(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots, rot_
             lse_part]
     ints = [batch_size, h, group, spec.page_size, sp, ss, sh, spec.sink_size, spec.recent_size,
             num_splits]
-    launch = _bundle.get_kernel(d)
     stream = torch.cuda.current_stream(dev).cuda_stream
+    o32 = torch.empty(batch_size, num_qo_heads, d, dtype=torch.float32, device=dev)
+    lse = torch.empty(batch_size, num_qo_heads, dtype=torch.float32, device=dev)
+    rot_v = rot_v if rot_v.stride(-1) == 1 and rot_v.stride(-2) == d else rot_v.contiguous()
+    rv_head_stride = 0 if rot_v.shape[0] == 1 or rot_v.stride(0) == 0 else rot_v.stride(0)
     with torch.cuda.device(dev):
-        launch(*[t.data_ptr() for t in ptrs], *ints, float(sm_scale) * math.log2(math.e), stream)
-    # merge the per-warp splits (base-2 lse), then o @ R_V^T
-    m = lse_part.amax(dim=-1, keepdim=True)
-    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-    w = torch.exp2(lse_part - m)
-    tot = w.sum(dim=-1)
-    o_rot = torch.einsum("bhs,bhsd->bhd", w, o_part) / tot.clamp_min(1e-30)[..., None]
-    lse = torch.where(tot > 0, (m[..., 0] + torch.log2(tot)) * math.log(2.0),
-                      torch.full_like(tot, -math.inf))
-    o = torch.matmul(o_rot.view(batch_size, h, group, d), rot_v.transpose(-1, -2))
-    o = o.view(batch_size, num_qo_heads, d)
+        _bundle.get_kernel("decode", d)(*[t.data_ptr() for t in ptrs], *ints,
+                                        float(sm_scale) * math.log2(math.e), stream)
+        # merge the per-warp splits (base-2 lse) and apply o @ R_V^T
+        _bundle.get_kernel("merge", d)(o_part.data_ptr(), lse_part.data_ptr(), rot_v.data_ptr(),
+                                       o32.data_ptr(), lse.data_ptr(), batch_size, h, group, nsw,
+                                       rv_head_stride, stream)
     if out is not None:
-        out.copy_(o)
+        out.copy_(o32)
         return out, lse
-    return o.to(q.dtype), lse
+    return (o32 if q.dtype == torch.float32 else o32.to(q.dtype)), lse
 
 
 def append(*_args, **_kwargs):

@@ -2,7 +2,8 @@
 else the ahead-of-time bundle built by :mod:`oscar_kernels.cute.aot`.
 
 A bundle is a directory with ``manifest.json`` and one ``lib<name>.so`` per kernel (C ABI
-``int <name>_load(void)``, ``int <name>_run(int64 x13, int32 x10, float, void *stream)``).
+``int <name>_load(void)`` and ``int <name>_run(...)``: for ``decode`` 13 int64 pointers,
+10 int32, one float and the stream; for ``merge`` 5 pointers, 5 int32 and the stream).
 The directory is ``$OSCAR_CUTE_BUNDLE`` when set, else ``oscar_kernels/cute/prebuilt``.
 ``OSCAR_CUTE_MODE=bundle`` or ``=jit`` forces one source. Nothing here needs a GPU to
 import; loading a library needs ``libcudart.so.13`` (import torch first, it loads it).
@@ -23,10 +24,12 @@ from ..errors import BackendUnavailableError
 log = logging.getLogger(__name__)
 
 BUNDLE_FORMAT = 1
-#: Argument kinds of every decode kernel, in order (13 pointers, 10 ints, 1 float, stream).
-NUM_PTR_ARGS, NUM_INT_ARGS = 13, 10
-_ARGTYPES = ([ctypes.c_int64] * NUM_PTR_ARGS + [ctypes.c_int32] * NUM_INT_ARGS
-             + [ctypes.c_float, ctypes.c_void_p])
+#: C argument types of each kernel, in order (pointers as int64, then ints, floats, stream).
+_ARGTYPES = {
+    "decode": [ctypes.c_int64] * 13 + [ctypes.c_int32] * 10 + [ctypes.c_float, ctypes.c_void_p],
+    "merge": [ctypes.c_int64] * 5 + [ctypes.c_int32] * 5 + [ctypes.c_void_p],
+}
+OPS = tuple(_ARGTYPES)
 
 _lock = threading.Lock()
 _cache: dict[str, Callable] = {}
@@ -37,8 +40,9 @@ def bundle_dir() -> str:
                                                                 "prebuilt")
 
 
-def kernel_name(head_dim: int) -> str:
-    return f"int2_decode_sm90_d{head_dim}"
+def kernel_name(op: str, head_dim: int) -> str:
+    return {"decode": f"int2_decode_sm90_d{head_dim}",
+            "merge": f"int2_decode_merge_sm90_d{head_dim}"}[op]
 
 
 def cutlass_available() -> bool:
@@ -81,18 +85,19 @@ def available_head_dims() -> tuple[int, ...]:
     if mode() == "jit":
         return (64, 128)
     manifest = read_manifest()
-    dims = []
+    found: dict[int, set] = {}
     for name, entry in manifest["kernels"].items():
         lib = os.path.join(bundle_dir(), str(entry.get("library", "")))
-        if entry.get("op") == "decode" and os.path.isfile(lib):
-            dims.append(int(entry["head_dim"]))
+        if entry.get("op") in OPS and os.path.isfile(lib):
+            found.setdefault(int(entry["head_dim"]), set()).add(entry["op"])
+    dims = [d for d, ops in found.items() if ops == set(OPS)]
     if not dims:
         raise BackendUnavailableError(f"CuTe bundle {bundle_dir()!r} holds no decode kernel")
     return tuple(sorted(dims))
 
 
-def _load_bundle_kernel(head_dim: int) -> Callable:
-    name = kernel_name(head_dim)
+def _load_bundle_kernel(op: str, head_dim: int) -> Callable:
+    name = kernel_name(op, head_dim)
     manifest = read_manifest()
     entry = manifest["kernels"].get(name)
     if entry is None:
@@ -106,7 +111,7 @@ def _load_bundle_kernel(head_dim: int) -> Callable:
     load.restype = ctypes.c_int
     run = getattr(lib, f"{name}_run")
     run.restype = ctypes.c_int
-    run.argtypes = _ARGTYPES
+    run.argtypes = _ARGTYPES[op]
     rc = load()
     if rc != 0:
         raise BackendUnavailableError(f"{path}: loading the CUDA module failed (cudaError {rc})")
@@ -120,13 +125,14 @@ def _load_bundle_kernel(head_dim: int) -> Callable:
     return launch
 
 
-def _load_jit_kernel(head_dim: int) -> Callable:
+def _load_jit_kernel(op: str, head_dim: int) -> Callable:
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
     import cuda.bindings.driver as cuda
 
-    from .int2_decode_sm90 import Int2DecodeConfig, compile_decode
+    from .int2_decode_sm90 import Int2DecodeConfig, compile_decode, compile_merge
 
-    compiled = compile_decode(Int2DecodeConfig(head_dim=head_dim))
+    compile_fn = compile_decode if op == "decode" else compile_merge
+    compiled = compile_fn(Int2DecodeConfig(head_dim=head_dim))
 
     def launch(*args) -> None:
         *rest, stream = args
@@ -135,12 +141,13 @@ def _load_jit_kernel(head_dim: int) -> Callable:
     return launch
 
 
-def get_kernel(head_dim: int) -> Callable:
-    """The launcher ``f(*13 pointers, *10 ints, scale_log2, stream_handle)`` (cached)."""
-    key = f"{mode()}:{head_dim}"
+def get_kernel(op: str, head_dim: int) -> Callable:
+    """The launcher of ``op`` ("decode" or "merge"): ``f(*args, stream_handle)`` (cached)."""
+    key = f"{mode()}:{op}:{head_dim}"
     with _lock:
         fn = _cache.get(key)
         if fn is None:
-            fn = _load_jit_kernel(head_dim) if mode() == "jit" else _load_bundle_kernel(head_dim)
+            fn = (_load_jit_kernel(op, head_dim) if mode() == "jit"
+                  else _load_bundle_kernel(op, head_dim))
             _cache[key] = fn
     return fn

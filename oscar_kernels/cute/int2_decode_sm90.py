@@ -58,8 +58,12 @@ from cutlass import Float32, Int32, Int64
 
 #: Warps per CTA; every warp is an independent KV split.
 NUM_WARPS = 4
+#: Largest GQA ratio: the QK MMA has 16 rows, 8 of them used.
+MAX_GROUP = 8
 #: Tokens per chunk (two 8-token QK N tiles = one 16-token PV K step).
 CHUNK = 16
+#: Depth of each warp's cp.async ring (chunks in flight per warp), per head_dim.
+STAGES = {64: 8, 128: 8}
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,10 @@ class Int2DecodeConfig:
     @property
     def name(self) -> str:
         return f"int2_decode_sm90_d{self.head_dim}"
+
+    @property
+    def merge_name(self) -> str:
+        return f"int2_decode_merge_sm90_d{self.head_dim}"
 
 
 # ------------------------------------------------------------------ PTX helpers
@@ -107,6 +115,11 @@ def _stg_f32(addr, val):
 
 def _prmt(a, b, sel: int):
     return _ptx(f"prmt.b32 {{$w0}}, {{$r0}}, {{$r1}}, {hex(sel)};", [Int32], [a, b])
+
+
+def _prmt_r(a, b, sel):
+    """prmt with a register selector."""
+    return _ptx("prmt.b32 {$w0}, {$r0}, {$r1}, {$r2};", [Int32], [a, b, sel])
 
 
 def _unpack2(word, shift: int):
@@ -168,6 +181,61 @@ def _shfl_idx(x, src):
 
 
 NEG_INF = -math.inf
+#: bf16 0x4300 = 128.0: OR-ing a 2-bit field at mantissa bits 2i (i < 3) gives 128 + 4^i c.
+MAGIC = 0x43004300
+#: Multiplier of the code of channel quarter i after the unpack (quarter 3 is shifted by 2
+#: to land on mantissa bits 4-5, like quarter 2).
+QUARTER_MULT = (1.0, 4.0, 16.0, 16.0)
+QUARTER_MASK = (0x00030003, 0x000C000C, 0x00300030, 0x00300030)
+
+
+def _lop3_magic(x, mask: int):
+    """``(x & mask) | 0x43004300``: a bf16 pair ``128 + m * code`` (one LOP3)."""
+    return _ptx(f"lop3.b32 {{$w0}}, {{$r0}}, {hex(mask)}, {hex(MAGIC)}, 0xEA;", [Int32], [x])
+
+
+def _shr(x, n: int):
+    return _ptx(f"shr.u32 {{$w0}}, {{$r0}}, {n};", [Int32], [x])
+
+
+def _mul_bf16x2(x, m: float):
+    if m == 1.0:
+        return x
+    bits = {4.0: 0x40804080, 16.0: 0x41804180}[m]
+    return _ptx(f"{{ .reg .b32 c; mov.b32 c, {hex(bits)}; mul.rn.bf16x2 {{$w0}}, {{$r0}}, c; }}",
+                [Int32], [x])
+
+
+def _cp_async16(smem_addr, gaddr):
+    _ptx("cp.async.cg.shared.global [{$r0}], [{$r1}], 16;", [], [smem_addr, gaddr])
+
+
+def _cp_async4(smem_addr, gaddr):
+    _ptx("cp.async.ca.shared.global [{$r0}], [{$r1}], 4;", [], [smem_addr, gaddr])
+
+
+def _cp_commit():
+    _ptx("cp.async.commit_group;", [], [])
+
+
+def _cp_wait(n: int):
+    _ptx(f"cp.async.wait_group {n};", [], [])
+
+
+def _syncwarp():
+    _ptx("bar.warp.sync 0xffffffff;", [], [])
+
+
+def _lds_b32(addr):
+    return _ptx("ld.shared.b32 {$w0}, [{$r0}];", [Int32], [addr])
+
+
+def _lds_b16(addr):
+    return _ptx("{ .reg .b16 t; ld.shared.b16 t, [{$r0}]; cvt.u32.u16 {$w0}, t; }", [Int32], [addr])
+
+
+def _lds_v2(addr):
+    return _ptx("ld.shared.v2.b32 {{$w0}, {$w1}}, [{$r0}];", [Int32, Int32], [addr])
 
 
 class Int2PagedDecodeSm90:
@@ -180,6 +248,16 @@ class Int2PagedDecodeSm90:
     * QK K index ``16 s + 2 quad + j + 8 half`` is channel
       ``quad * D/16 + 4 (r // 8) + r % 2 + 2 j + ((r % 8) // 2) * D/4`` with ``r = 2 s + half``;
     * PV M row ``16 mt + g + 8 rh`` is channel ``g * D/32 + 2 (mt // 4) + rh + (mt % 4) * D/4``.
+
+    INT2 operands reach the tensor cores as ``128 + m_i * code`` (``m_i`` = 1, 4, 16, 16 for
+    channel quarter ``i``): the query is pre-divided by ``m_i`` (exact, powers of two), the
+    128 offsets are removed after the MMAs (``-128 * sum(q'/m)`` per score,
+    ``-128 * sum(p~)`` per output row with ``p~`` the bf16 probabilities the MMA saw), and BF16
+    window operands are multiplied by ``m_i`` so that both share one accumulator.
+
+    Warp roles: every warp is its own producer (``cp.async`` of whole 16-token chunks into a
+    per-warp ``stages``-deep shared-memory ring) and consumer (unpack + HMMA); warps of a CTA
+    are independent KV splits, so no CTA barrier is needed.
     """
 
     def __init__(self, config: Int2DecodeConfig):
@@ -192,11 +270,17 @@ class Int2PagedDecodeSm90:
         self.mtiles = d // 16          # PV M tiles
         self.nbk = d // 16             # K-code bytes per thread and token
         self.nbv = d // 32             # V-code bytes per thread and token
+        self.row_bytes = d // 4        # code bytes per token and head
+        self.stage_bytes = 2 * CHUNK * self.row_bytes + 2 * CHUNK * 4
+        self.stages = STAGES[d]
 
     # ---------------------------------------------------------- channel maps
     def qk_channel(self, s: int, half: int, j: int, quad):
         r = 2 * s + half
         return (quad * self.nbk + 4 * (r // 8) + r % 2 + 2 * j + ((r % 8) // 2) * (self.d // 4))
+
+    def qk_quarter(self, s: int, half: int) -> int:
+        return ((2 * s + half) % 8) // 2
 
     def pv_channel(self, mt: int, rh: int, g):
         return g * self.nbv + 2 * (mt // 4) + rh + (mt % 4) * (self.d // 4)
@@ -214,7 +298,8 @@ class Int2PagedDecodeSm90:
                     indices_ptr, last_ptr, slots_ptr, opart_ptr, lse_ptr, num_kv_heads, group,
                     page_size, stride_page, stride_slot, stride_head, sink, recent, num_splits,
                     scale_log2).launch(grid=(num_splits, num_kv_heads, batch_size),
-                                       block=(32 * NUM_WARPS, 1, 1), stream=stream)
+                                       block=(32 * NUM_WARPS, 1, 1), stream=stream,
+                                       smem=NUM_WARPS * self.stages * self.stage_bytes)
 
     # ---------------------------------------------------------- the kernel
     @cute.kernel
@@ -232,6 +317,10 @@ class Int2PagedDecodeSm90:
         g = lane // 4
         quad = lane % 4
         num_qo_heads = num_kv_heads * group
+        nsw = num_splits * NUM_WARPS
+        wsplit = split * NUM_WARPS + warp
+        smem_warp = (cute.arch.get_dyn_smem(cutlass.Int8, alignment=16).toint()
+                     + warp * (self.stages * self.stage_bytes))
 
         # ---- sequence geometry (all on device; CUDA-graph safe)
         p_begin = _ldg_s32(indptr_ptr + Int64(b) * 4)
@@ -252,16 +341,44 @@ class Int2PagedDecodeSm90:
         if int2_end > sink:
             n_int2 = (int2_end + CHUNK - 1) // CHUNK - ia
         n_win = (nwin + CHUNK - 1) // CHUNK
-        total = n_win + n_int2
-        per_split = (total + num_splits - 1) // num_splits
-        c_begin = split * per_split
-        c_end = cutlass.min(total, c_begin + per_split)
         win_rows = sink + recent
+        per_warp = (n_int2 + nsw - 1) // nsw
+        w_begin = cutlass.min(n_int2, wsplit * per_warp)
+        w_end = cutlass.min(n_int2, w_begin + per_warp)
+        n_mine = w_end - w_begin
 
-        # ---- query fragment (A operand of QK): rows g < group, permuted channels
+        # ---- page-table blocks: lane l holds the page id of page pn0 + l (and of the next 32)
+        pn0 = Int32(0)
+        blk = Int32(0)
+        blk_next = Int32(0)
+        if n_mine > 0:
+            pn0 = ((ia + w_begin) * CHUNK) // page_size
+            if pn0 + lane < npages:
+                blk = _ldg_s32(indices_ptr + Int64(p_begin + pn0 + lane) * 4)
+            if pn0 + 32 + lane < npages:
+                blk_next = _ldg_s32(indices_ptr + Int64(p_begin + pn0 + 32 + lane) * 4)
+        # pn0, blk, blk_next, page number and slot of the next chunk to issue (loop-carried)
+        pt = cute.make_rmem_tensor((5,), Int32)
+        pt[0] = pn0
+        pt[1] = blk
+        pt[2] = blk_next
+        pt[3] = pn0
+        pt[4] = (ia + w_begin) * CHUNK - pn0 * page_size
+        kbase_h = Int64(h) * Int64(stride_head)
+
+        # ---- prologue of the cp.async ring
+        for k in cutlass.range_constexpr(self.stages - 1):
+            if k < n_mine:
+                self._issue(kc_ptr, kp_ptr, vc_ptr, vp_ptr, indices_ptr, p_begin, npages,
+                            page_size, stride_page, stride_slot, kbase_h, ia + w_begin + k,
+                            smem_warp + k * self.stage_bytes, lane, pt)
+            _cp_commit()
+
+        # ---- query fragment (A operand of QK): rows g < group, permuted channels, / m_i
         qrow = Int64(b) * Int64(num_qo_heads) + Int64(h * group + g)
         qa = cute.make_rmem_tensor((2 * self.ksteps,), Int32)
         qsum = Float32(0.0)
+        qsum2 = Float32(0.0)
         for s in cutlass.range_constexpr(self.ksteps):
             for half in cutlass.range_constexpr(2):
                 c0 = self.qk_channel(s, half, 0, quad)
@@ -271,27 +388,54 @@ class Int2PagedDecodeSm90:
                 if g < group:
                     lo = _ldg_b16(q_ptr + (qrow * d + Int64(c0)) * 2)
                     hi = _ldg_b16(q_ptr + (qrow * d + Int64(c1)) * 2)
-                word = lo | (hi << 16)
-                qa[2 * s + half] = word
-                f0, f1 = _bf16x2_to_f32(word)
+                f0, f1 = _bf16x2_to_f32(lo | (hi << 16))
+                inv_m = 1.0 / QUARTER_MULT[self.qk_quarter(s, half)]
+                qa[2 * s + half] = _pack_bf16x2(f0 * inv_m, f1 * inv_m)
                 qsum = qsum + f0 + f1
+                qsum2 = qsum2 + (f0 + f1) * inv_m
         qsum = qsum + _shfl_bfly(qsum, 1)
         qsum = qsum + _shfl_bfly(qsum, 2)
+        qsum2 = qsum2 + _shfl_bfly(qsum2, 1)
+        qsum2 = qsum2 + _shfl_bfly(qsum2, 2)
+        # per-thread constants of its two score columns, heads 2 quad + {0, 1}
+        qh = cute.make_rmem_tensor((4,), Float32)   # qsum[2], -128 * qsum2[2]
+        for j in cutlass.range_constexpr(2):
+            qh[j] = _shfl_idx(qsum, (2 * quad + j) * 4)
+            qh[2 + j] = _shfl_idx(qsum2, (2 * quad + j) * 4) * Float32(-128.0)
+        # transpose selector: this lane's P^T head g sits in half g % 2 of a packed pair
+        tsel = Int32(cutlass.select_(g % 2 == 0, 0x5410, 0x7632))
+        src0 = (2 * quad) * 4 + g // 2
 
-        # ---- running state: O^T fragments, m, l, correction (per thread partials)
+        # ---- running state: O^T fragments; per head 2q+j: m, l, sum p*z_v, sum p~ (partials)
         acc = cute.make_rmem_tensor((4 * self.mtiles,), Float32)
         for i in cutlass.range_constexpr(4 * self.mtiles):
             acc[i] = Float32(0.0)
-        st = cute.make_rmem_tensor((3,), Float32)   # m (log2 domain), l, sum p*z_v
-        st[0] = Float32(NEG_INF)
-        st[1] = Float32(0.0)
-        st[2] = Float32(0.0)
+        st = cute.make_rmem_tensor((8,), Float32)
+        for j in cutlass.range_constexpr(2):
+            st[j] = Float32(NEG_INF)
+            st[2 + j] = Float32(0.0)
+            st[4 + j] = Float32(0.0)
+            st[6 + j] = Float32(0.0)
 
-        kbase_h = Int64(h) * Int64(stride_head)
-        first = c_begin + warp
+        # ---------------------------------------------- INT2 chunks (cp.async ring)
+        for i in cutlass.range(0, n_mine, 1):
+            j = i + self.stages - 1
+            if j < n_mine:
+                self._issue(kc_ptr, kp_ptr, vc_ptr, vp_ptr, indices_ptr, p_begin, npages,
+                            page_size, stride_page, stride_slot, kbase_h, ia + w_begin + j,
+                            smem_warp + (j % self.stages) * self.stage_bytes, lane, pt)
+            _cp_commit()
+            _cp_wait(self.stages - 1)
+            _syncwarp()
+            sbase = smem_warp + (i % self.stages) * self.stage_bytes
+            pos0 = (ia + w_begin + i) * CHUNK
+            self._int2_chunk(sbase, pos0, sink, int2_end, qa, qh, acc, st, scale_log2, quad, g,
+                             tsel, src0)
+            _syncwarp()
+        _cp_wait(0)
 
         # ---------------------------------------------- BF16 window chunks
-        for c in cutlass.range(first, cutlass.min(c_end, n_win), NUM_WARPS):
+        for c in cutlass.range(wsplit, n_win, nsw):
             kf0 = cute.make_rmem_tensor((2 * self.ksteps,), Int32)
             kf1 = cute.make_rmem_tensor((2 * self.ksteps,), Int32)
             for n in cutlass.range_constexpr(2):
@@ -299,103 +443,152 @@ class Int2PagedDecodeSm90:
                 self._load_window_k(kw_ptr, wslot, win_rows, num_kv_heads, h, sink, recent,
                                     nsink, rstart, nwin, v, quad, kf0 if n == 0 else kf1)
             va = cute.make_rmem_tensor((2 * self.mtiles * 2,), Int32)
-            valid = cute.make_rmem_tensor((4,), Int32)
             self._load_window_v(vw_ptr, wslot, win_rows, num_kv_heads, h, sink, recent, nsink,
-                                rstart, nwin, c * CHUNK, quad, g, va, valid)
-            ones = cute.make_rmem_tensor((4,), Float32)
-            zeros = cute.make_rmem_tensor((4,), Float32)
-            for j in cutlass.range_constexpr(4):
-                ones[j] = Float32(1.0)
-                zeros[j] = Float32(0.0)
-            self._chunk(qa, qsum, kf0, kf1, va, ones, zeros, ones, zeros, valid, acc, st,
-                        scale_log2, quad)
-
-        # ---------------------------------------------- INT2 chunks
-        first_int2 = first
-        if first_int2 < n_win:
-            first_int2 = first_int2 + ((n_win - first_int2 + NUM_WARPS - 1) // NUM_WARPS) * NUM_WARPS
-        for c in cutlass.range(first_int2, c_end, NUM_WARPS):
-            pos0 = (ia + c - n_win) * CHUNK
-            page = _ldg_s32(indices_ptr + Int64(p_begin + pos0 // page_size) * 4)
-            slot0 = pos0 % page_size
-            prow = Int64(page) * Int64(stride_page) + kbase_h
-            kf0 = cute.make_rmem_tensor((2 * self.ksteps,), Int32)
-            kf1 = cute.make_rmem_tensor((2 * self.ksteps,), Int32)
+                                rstart, nwin, c * CHUNK, quad, g, va)
+            valid = cute.make_rmem_tensor((2,), Int32)
             for n in cutlass.range_constexpr(2):
-                row = prow + Int64(slot0 + g + 8 * n) * Int64(stride_slot)
-                self._unpack_k(kc_ptr + row * (d // 4) + quad * self.nbk,
-                               kf0 if n == 0 else kf1)
-            va = cute.make_rmem_tensor((2 * self.mtiles * 2,), Int32)
-            sk = cute.make_rmem_tensor((4,), Float32)
-            zk = cute.make_rmem_tensor((4,), Float32)
-            sv = cute.make_rmem_tensor((4,), Float32)
-            zv = cute.make_rmem_tensor((4,), Float32)
-            valid = cute.make_rmem_tensor((4,), Int32)
-            vw = cute.make_rmem_tensor((4,), Int32)
-            for j in cutlass.range_constexpr(4):
-                t = 2 * quad + (j % 2) + 8 * (j // 2)
-                row = prow + Int64(slot0 + t) * Int64(stride_slot)
-                pos = pos0 + t
-                ok = Int32(0)
-                if pos >= sink:
-                    if pos < int2_end:
-                        ok = Int32(1)
-                valid[j] = ok
-                a, zz = _f16x2_to_f32(_ldg_b32(kp_ptr + row * 4))
-                sk[j] = _sel_f32(ok, a, Float32(0.0))
-                zk[j] = _sel_f32(ok, zz, Float32(0.0))
-                a2, z2 = _f16x2_to_f32(_ldg_b32(vp_ptr + row * 4))
-                sv[j] = _sel_f32(ok, a2, Float32(0.0))
-                zv[j] = _sel_f32(ok, z2, Float32(0.0))
-                vaddr = vc_ptr + row * (d // 4) + g * self.nbv
-                if self.nbv == 4:
-                    vw[j] = _ldg_b32(vaddr)
-                else:
-                    vw[j] = _ldg_b16(vaddr)
-            self._unpack_v(vw, va)
-            self._chunk(qa, qsum, kf0, kf1, va, sk, zk, sv, zv, valid, acc, st, scale_log2,
-                        quad)
+                valid[n] = Int32(cutlass.select_(c * CHUNK + g + 8 * n < nwin, 1, 0))
+            self._chunk(qa, qh, kf0, kf1, va, None, None, None, None, valid, acc, st,
+                        scale_log2, quad, tsel, src0, False)
 
-        # ---- finalize this warp's split: reduce l and correction over the quad
-        m_run = st[0]
-        l_run = st[1] + _shfl_bfly(st[1], 1)
-        l_run = l_run + _shfl_bfly(l_run, 2)
-        c_run = st[2] + _shfl_bfly(st[2], 1)
-        c_run = c_run + _shfl_bfly(c_run, 2)
-        nsw = num_splits * NUM_WARPS
-        wsplit = split * NUM_WARPS + warp
-        lse2 = Float32(NEG_INF)
-        inv_l = Float32(0.0)
-        if l_run > Float32(0.0):
-            lse2 = m_run + _lg2(l_run)
-            inv_l = _rcp(l_run)
-        if quad == 0:
-            if g < group:
-                _stg_f32(lse_ptr + ((qrow * nsw) + Int64(wsplit)) * 4, lse2)
+        # ---- finalize this warp's split: reduce l, correction, sum p~ over the 8 token lanes
         for j in cutlass.range_constexpr(2):
             head = 2 * quad + j
-            inv_j = _shfl_idx(inv_l, head * 4)
-            corr_j = _shfl_idx(c_run, head * 4)
+            m_run = st[j]
+            l_run = self._col_sum(st[2 + j])
+            corr_j = self._col_sum(st[4 + j])
+            off_j = self._col_sum(st[6 + j]) * Float32(-128.0)
+            lse2 = Float32(NEG_INF)
+            inv_j = Float32(0.0)
+            if l_run > Float32(0.0):
+                lse2 = m_run + _lg2(l_run)
+                inv_j = _rcp(l_run)
             if head < group:
+                if g == 0:
+                    hrow = Int64(b) * Int64(num_qo_heads) + Int64(h * group + head)
+                    _stg_f32(lse_ptr + ((hrow * nsw) + Int64(wsplit)) * 4, lse2)
                 orow = (Int64(b) * Int64(num_qo_heads) + Int64(h * group + head)) * nsw + wsplit
                 for mt in cutlass.range_constexpr(self.mtiles):
+                    inv_m = 1.0 / QUARTER_MULT[mt % 4]
                     for rh in cutlass.range_constexpr(2):
                         ch = self.pv_channel(mt, rh, g)
-                        val = (acc[4 * mt + 2 * rh + j] + corr_j) * inv_j
+                        val = ((acc[4 * mt + 2 * rh + j] + off_j) * inv_m + corr_j) * inv_j
                         _stg_f32(opart_ptr + (orow * d + Int64(ch)) * 4, val)
 
     # ------------------------------------------------------------- helpers
-    def _unpack_k(self, addr, kf):
-        """K codes of one token (this thread's D/16 bytes) -> 2*ksteps bf16x2 B fragments."""
-        if self.nbk == 8:
-            w0, w1 = _ldg_v2(addr)
-            words = [w0, w1]
+    @cute.jit
+    def _rescale(self, acc, al0, al1, changed):
+        """O^T *= alpha of each column's head, only when some running max moved (lazy)."""
+        if changed:
+            for i in cutlass.range_constexpr(2 * self.mtiles):
+                acc[2 * i] = acc[2 * i] * al0
+                acc[2 * i + 1] = acc[2 * i + 1] * al1
+
+    def _col_sum(self, x):
+        """Sum over the 8 lanes of one quad position (lanes q, q+4, ..., q+28)."""
+        x = x + _shfl_bfly(x, 4)
+        x = x + _shfl_bfly(x, 8)
+        return x + _shfl_bfly(x, 16)
+
+    def _col_max(self, x):
+        x = _fmax(x, _shfl_bfly(x, 4))
+        x = _fmax(x, _shfl_bfly(x, 8))
+        return _fmax(x, _shfl_bfly(x, 16))
+
+    @cute.jit
+    def _issue(self, kc_ptr, kp_ptr, vc_ptr, vp_ptr, indices_ptr, p_begin, npages, page_size,
+               stride_page, stride_slot, kbase_h, chunk, sdst, lane, pt):
+        """cp.async one 16-token chunk (K/V codes + scale/zero pairs) into a ring stage.
+
+        Chunks are issued in order; ``pt[3]``/``pt[4]`` track the page number and slot."""
+        pn = pt[3]
+        slot0 = pt[4]
+        nslot = slot0 + CHUNK
+        if nslot == page_size:
+            pt[3] = pn + 1
+            pt[4] = 0
         else:
-            words = [_ldg_b32(addr)]
+            pt[4] = nslot
+        if pn - pt[0] >= 32:
+            pt[0] = pt[0] + 32
+            pt[1] = pt[2]
+            nxt = Int32(0)
+            if pt[0] + 32 + lane < npages:
+                nxt = _ldg_s32(indices_ptr + Int64(p_begin + pt[0] + 32 + lane) * 4)
+            pt[2] = nxt
+        page = _shfl_idx(pt[1], pn - pt[0])
+        prow = Int64(page) * Int64(stride_page) + kbase_h
+        rb = self.row_bytes
+        if rb == 32:
+            t = lane // 2
+            piece = (lane % 2) * 16
+            row = prow + Int64(slot0 + t) * Int64(stride_slot)
+            _cp_async16(sdst + t * rb + piece, kc_ptr + row * rb + piece)
+            _cp_async16(sdst + CHUNK * rb + t * rb + piece, vc_ptr + row * rb + piece)
+        else:
+            t = lane % 16
+            which = lane // 16
+            row = prow + Int64(slot0 + t) * Int64(stride_slot)
+            src = kc_ptr + row * rb
+            if which == 1:
+                src = vc_ptr + row * rb
+            _cp_async16(sdst + which * (CHUNK * rb) + t * rb, src)
+        t4 = lane % 16
+        which4 = lane // 16
+        row4 = prow + Int64(slot0 + t4) * Int64(stride_slot)
+        psrc = kp_ptr + row4 * 4
+        if which4 == 1:
+            psrc = vp_ptr + row4 * 4
+        _cp_async4(sdst + 2 * CHUNK * rb + which4 * (CHUNK * 4) + t4 * 4, psrc)
+
+    def _int2_chunk(self, sbase, pos0, sink, int2_end, qa, qh, acc, st, scale_log2, quad, g,
+                    tsel, src0):
+        rb = self.row_bytes
+        kf0 = cute.make_rmem_tensor((2 * self.ksteps,), Int32)
+        kf1 = cute.make_rmem_tensor((2 * self.ksteps,), Int32)
+        sk = cute.make_rmem_tensor((2,), Float32)
+        zk = cute.make_rmem_tensor((2,), Float32)
+        sv = cute.make_rmem_tensor((2,), Float32)
+        zv = cute.make_rmem_tensor((2,), Float32)
+        valid = cute.make_rmem_tensor((2,), Int32)
+        for n in range(2):
+            t = g + 8 * n
+            addr = sbase + t * rb + quad * self.nbk
+            if self.nbk == 8:
+                w0, w1 = _lds_v2(addr)
+                words = [w0, w1]
+            else:
+                words = [_lds_b32(addr)]
+            self._unpack_k(words, kf0 if n == 0 else kf1)
+            pos = pos0 + t
+            ok = (Int32(cutlass.select_(pos >= sink, 1, 0))
+                  & Int32(cutlass.select_(pos < int2_end, 1, 0)))
+            valid[n] = ok
+            a, zz = _f16x2_to_f32(_lds_b32(sbase + 2 * CHUNK * rb + t * 4))
+            sk[n] = a
+            zk[n] = zz
+            a2, z2 = _f16x2_to_f32(_lds_b32(sbase + 2 * CHUNK * rb + CHUNK * 4 + t * 4))
+            sv[n] = _sel_f32(ok, a2, Float32(0.0))
+            zv[n] = _sel_f32(ok, z2, Float32(0.0))
+        vw = []
+        for j in range(4):
+            t = 2 * quad + (j % 2) + 8 * (j // 2)
+            vaddr = sbase + CHUNK * rb + t * rb + g * self.nbv
+            vw.append(_lds_b32(vaddr) if self.nbv == 4 else _lds_b16(vaddr))
+        va = cute.make_rmem_tensor((2 * self.mtiles * 2,), Int32)
+        self._unpack_v(vw, va)
+        self._chunk(qa, qh, kf0, kf1, va, sk, zk, sv, zv, valid, acc, st, scale_log2, quad,
+                    tsel, src0, True)
+
+    def _unpack_k(self, words, kf):
+        """K code words of one token -> 2*ksteps B fragments of ``128 + m_i * code``."""
         for wi in range(len(words)):
+            x = words[wi]
+            src = [[x, _shr(x, 2)], [_shr(x, 8), _shr(x, 10)]]   # [hh][shifted for i=3]
             for i in range(4):
                 for hh in range(2):
-                    kf[wi * 8 + i * 2 + hh] = _unpack2(words[wi], 2 * i + 8 * hh)
+                    kf[wi * 8 + i * 2 + hh] = _lop3_magic(src[hh][1 if i == 3 else 0],
+                                                          QUARTER_MASK[i])
 
     def _unpack_v(self, vw, va):
         """V code words of tokens (2q, 2q+1, 2q+8, 2q+9) -> A fragments [pair][mt][rh]."""
@@ -404,14 +597,21 @@ class Int2PagedDecodeSm90:
             w_b = vw[2 * pair + 1]
             for u in range(self.nbv // 2):
                 x = _prmt(w_a, w_b, 0x5410 if u == 0 else 0x7632)
+                src = [[x, _shr(x, 2)], [_shr(x, 8), _shr(x, 10)]]
                 for i in range(4):
                     for rh in range(2):
                         mt = 4 * u + i
-                        va[(pair * self.mtiles + mt) * 2 + rh] = _unpack2(x, 2 * i + 8 * rh)
+                        va[(pair * self.mtiles + mt) * 2 + rh] = _lop3_magic(
+                            src[rh][1 if i == 3 else 0], QUARTER_MASK[i])
 
     def _win_addr(self, base, wslot, win_rows, num_kv_heads, h, wrow):
         return base + ((Int64(wslot) * Int64(win_rows) + Int64(wrow)) * Int64(num_kv_heads)
                        + Int64(h)) * (self.d * 2)
+
+    def _window_pos_row(self, v, sink, recent, nsink, rstart):
+        pos = Int32(cutlass.select_(v >= nsink, rstart + (v - nsink), v))
+        ring = sink + pos % cutlass.max(recent, 1)
+        return Int32(cutlass.select_(pos < sink, pos, ring))
 
     def _load_window_k(self, kw_ptr, wslot, win_rows, num_kv_heads, h, sink, recent, nsink,
                        rstart, nwin, v, quad, kf):
@@ -420,87 +620,194 @@ class Int2PagedDecodeSm90:
         base = self._win_addr(kw_ptr, wslot, win_rows, num_kv_heads, h, wrow)
         d = self.d
         for i in range(4):
-            ch0 = quad * self.nbk + i * (d // 4)
-            addr = base + ch0 * 2
-            if self.nbk == 8:
-                w = list(_ldg_v4(addr))
-            else:
-                w = list(_ldg_v2(addr))
+            addr = base + (quad * self.nbk + i * (d // 4)) * 2
+            w = list(_ldg_v4(addr)) if self.nbk == 8 else list(_ldg_v2(addr))
             for wi in range(self.nbk // 4):
                 for hh in range(2):
-                    kf[wi * 8 + i * 2 + hh] = _prmt(w[2 * wi], w[2 * wi + 1],
-                                                    0x5410 if hh == 0 else 0x7632)
-
-    def _window_pos_row(self, v, sink, recent, nsink, rstart):
-        pos = Int32(cutlass.select_(v >= nsink, rstart + (v - nsink), v))
-        ring = sink + pos % cutlass.max(recent, 1)
-        return Int32(cutlass.select_(pos < sink, pos, ring))
+                    kf[wi * 8 + i * 2 + hh] = _mul_bf16x2(
+                        _prmt(w[2 * wi], w[2 * wi + 1], 0x5410 if hh == 0 else 0x7632),
+                        QUARTER_MULT[i])
 
     def _load_window_v(self, vw_ptr, wslot, win_rows, num_kv_heads, h, sink, recent, nsink,
-                       rstart, nwin, v0, quad, g, va, valid):
+                       rstart, nwin, v0, quad, g, va):
         d = self.d
-        words = []  # [token j][run i] -> list of b32 words (nbv/2 of them)
+        words = []  # [token j][run i] -> b32 words (nbv/2 of them)
         for j in range(4):
             t = 2 * quad + (j % 2) + 8 * (j // 2)
             v = v0 + t
-            ok = Int32(cutlass.select_(v < nwin, 1, 0))
-            valid[j] = ok
             vv = Int32(cutlass.select_(v < nwin, v, 0))
             wrow = self._window_pos_row(vv, sink, recent, nsink, rstart)
             base = self._win_addr(vw_ptr, wslot, win_rows, num_kv_heads, h, wrow)
             runs = []
             for i in range(4):
                 addr = base + (g * self.nbv + i * (d // 4)) * 2
-                if self.nbv == 4:
-                    runs.append(list(_ldg_v2(addr)))
-                else:
-                    runs.append([_ldg_b32(addr)])
+                runs.append(list(_ldg_v2(addr)) if self.nbv == 4 else [_ldg_b32(addr)])
             words.append(runs)
         for pair in range(2):
             ta, tb = words[2 * pair], words[2 * pair + 1]
             for mt in range(self.mtiles):
                 u, i = mt // 4, mt % 4
                 for rh in range(2):
-                    va[(pair * self.mtiles + mt) * 2 + rh] = _prmt(
-                        ta[i][u], tb[i][u], 0x5410 if rh == 0 else 0x7632)
+                    va[(pair * self.mtiles + mt) * 2 + rh] = _mul_bf16x2(
+                        _prmt(ta[i][u], tb[i][u], 0x5410 if rh == 0 else 0x7632),
+                        QUARTER_MULT[i])
 
-    def _chunk(self, qa, qsum, kf0, kf1, va, sk, zk, sv, zv, valid, acc, st, scale_log2, quad):
-        """QK (2 N tiles), online softmax, PV for one 16-token chunk of one warp."""
-        zero = Int32(0)
-        s0 = [Float32(0.0)] * 4
-        s1 = [Float32(0.0)] * 4
+    def _chunk(self, qa, qh, kf0, kf1, va, sk, zk, sv, zv, valid, acc, st, scale_log2, quad,
+               tsel, src0, is_int2: bool):
+        """One 16-token chunk of one warp: S^T = K Q^T (tokens x heads), online softmax per
+        head column, warp transpose of P to the B operand, O^T += V^T P^T."""
+        chains = [[Float32(0.0)] * 4, [Float32(0.0)] * 4]   # two independent MMA chains
         for s in range(self.ksteps):
-            a0, a2 = qa[2 * s], qa[2 * s + 1]
-            s0 = list(_mma(a0, zero, a2, zero, kf0[2 * s], kf0[2 * s + 1], *s0))
-            s1 = list(_mma(a0, zero, a2, zero, kf1[2 * s], kf1[2 * s + 1], *s1))
-        raw = [s0[0], s0[1], s1[0], s1[1]]   # tokens 2q, 2q+1, 2q+8, 2q+9 of head g
+            chains[s % 2] = list(_mma(kf0[2 * s], kf1[2 * s], kf0[2 * s + 1], kf1[2 * s + 1],
+                                      qa[2 * s], qa[2 * s + 1], *chains[s % 2]))
+        s_acc = [chains[0][i] + chains[1][i] for i in range(4)]
+        # s_acc[2 n + j]: token g + 8 n, head 2 quad + j
         sc = []
-        for j in range(4):
-            x = (sk[j] * raw[j] + zk[j] * qsum) * scale_log2
-            sc.append(_sel_f32(valid[j], x, Float32(NEG_INF)))
-        mx = _fmax(_fmax(sc[0], sc[1]), _fmax(sc[2], sc[3]))
-        mx = _fmax(mx, _shfl_bfly(mx, 1))
-        mx = _fmax(mx, _shfl_bfly(mx, 2))
-        m_old = st[0]
-        m_new = _fmax(m_old, mx)
-        m_use = _sel_f32(Int32(cutlass.select_(m_new == Float32(NEG_INF), 0, 1)), m_new,
-                         Float32(0.0))
-        alpha = _ex2(m_old - m_use)
-        p = [_ex2(sc[j] - m_use) for j in range(4)]
-        st[0] = m_new
-        st[1] = st[1] * alpha + (p[0] + p[1] + p[2] + p[3])
-        st[2] = st[2] * alpha + (p[0] * zv[0] + p[1] * zv[1] + p[2] * zv[2] + p[3] * zv[3])
-        b0 = _pack_bf16x2(p[0] * sv[0], p[1] * sv[1])
-        b1 = _pack_bf16x2(p[2] * sv[2], p[3] * sv[3])
-        al0 = _shfl_idx(alpha, (2 * quad) * 4)
-        al1 = _shfl_idx(alpha, (2 * quad + 1) * 4)
+        for n in range(2):
+            for j in range(2):
+                raw = s_acc[2 * n + j]
+                if is_int2:
+                    x = (sk[n] * (raw + qh[2 + j]) + zk[n] * qh[j]) * scale_log2
+                else:
+                    x = raw * scale_log2
+                sc.append(_sel_f32(valid[n], x, Float32(NEG_INF)))
+        alpha = []
+        pt = []      # bf16-rounded p~ (fp32) per (n, j)
+        packed = []  # per n: bf16x2 (head 2q, head 2q+1)
+        moved = Int32(0)
+        for j in range(2):
+            mx = self._col_max(_fmax(sc[j], sc[2 + j]))
+            m_old = st[j]
+            m_new = _fmax(m_old, mx)
+            moved = moved | Int32(cutlass.select_(m_new > m_old, 1, 0))
+            m_use = _sel_f32(Int32(cutlass.select_(m_new == Float32(NEG_INF), 0, 1)), m_new,
+                             Float32(0.0))
+            alpha.append(_ex2(m_old - m_use))
+            st[j] = m_new
+            p0 = _ex2(sc[j] - m_use)
+            p1 = _ex2(sc[2 + j] - m_use)
+            st[2 + j] = st[2 + j] * alpha[j] + (p0 + p1)
+            if is_int2:
+                st[4 + j] = st[4 + j] * alpha[j] + (p0 * zv[0] + p1 * zv[1])
+                pt.append([p0 * sv[0], p1 * sv[1]])
+            else:
+                pt.append([p0, p1])
+        for n in range(2):
+            packed.append(_pack_bf16x2(pt[0][n], pt[1][n]))
+        if is_int2:
+            e00, e01 = _bf16x2_to_f32(packed[0])   # n = 0: heads 2q, 2q+1
+            e10, e11 = _bf16x2_to_f32(packed[1])
+            st[6] = st[6] * alpha[0] + (e00 + e10)
+            st[7] = st[7] * alpha[1] + (e01 + e11)
+        else:
+            st[4] = st[4] * alpha[0]
+            st[5] = st[5] * alpha[1]
+            st[6] = st[6] * alpha[0]
+            st[7] = st[7] * alpha[1]
+        # P^T B fragment of lane (g, q): tokens 2q, 2q+1 (+8) of head g
+        x0 = _shfl_idx(packed[0], src0)
+        x1 = _shfl_idx(packed[0], src0 + 4)
+        y0 = _shfl_idx(packed[1], src0)
+        y1 = _shfl_idx(packed[1], src0 + 4)
+        b0 = _prmt_r(x0, x1, tsel)
+        b1 = _prmt_r(y0, y1, tsel)
+        self._rescale(acc, alpha[0], alpha[1], cute.arch.vote_any_sync(moved != 0))
         for mt in range(self.mtiles):
-            c = [acc[4 * mt] * al0, acc[4 * mt + 1] * al1, acc[4 * mt + 2] * al0,
-                 acc[4 * mt + 3] * al1]
+            c = [acc[4 * mt], acc[4 * mt + 1], acc[4 * mt + 2], acc[4 * mt + 3]]
             r = _mma(va[mt * 2], va[mt * 2 + 1], va[(self.mtiles + mt) * 2],
                      va[(self.mtiles + mt) * 2 + 1], b0, b1, *c)
             for i in range(4):
                 acc[4 * mt + i] = r[i]
+
+
+class Int2DecodeMergeSm90:
+    """Merge the per-warp splits of :class:`Int2PagedDecodeSm90` and un-rotate: one CTA per
+    (sequence, KV head), ``head_dim`` threads (thread ``d`` owns channel ``d``).
+
+    ``o[b, g, e] = sum_d (sum_s w_s o_part[b, g, s, d] / sum_s w_s) * R_V[h, e, d]`` with
+    ``w_s = 2^(lse2_s - max lse2)``; ``lse = ln 2 * (max lse2 + log2 sum_s w_s)``
+    (``-inf`` and ``o = 0`` for a sequence without tokens). Output float32.
+    """
+
+    def __init__(self, config: Int2DecodeConfig):
+        self.d = config.head_dim
+
+    @cute.jit
+    def __call__(self, opart_ptr: Int64, lse_part_ptr: Int64, rv_ptr: Int64, o_ptr: Int64,
+                 lse_ptr: Int64, batch_size: Int32, num_kv_heads: Int32, group: Int32,
+                 nsw: Int32, rv_head_stride: Int32, stream: cuda.CUstream):
+        self.kernel(opart_ptr, lse_part_ptr, rv_ptr, o_ptr, lse_ptr, num_kv_heads, group, nsw,
+                    rv_head_stride).launch(grid=(num_kv_heads, batch_size, 1),
+                                           block=(self.d, 1, 1), stream=stream,
+                                           smem=MAX_GROUP * self.d * 4)
+
+    @cute.kernel
+    def kernel(self, opart_ptr: Int64, lse_part_ptr: Int64, rv_ptr: Int64, o_ptr: Int64,
+               lse_ptr: Int64, num_kv_heads: Int32, group: Int32, nsw: Int32,
+               rv_head_stride: Int32):
+        d = self.d
+        h, b, _ = cute.arch.block_idx()
+        t, _, _ = cute.arch.thread_idx()
+        sm = cute.arch.get_dyn_smem(cutlass.Int8, alignment=16).toint()
+        num_qo_heads = num_kv_heads * group
+        for gi in cutlass.range(0, group, 1):
+            row = Int64(b) * Int64(num_qo_heads) + Int64(h * group + gi)
+            lrow = lse_part_ptr + row * Int64(nsw) * 4
+            mx = Float32(NEG_INF)
+            for sidx in cutlass.range(0, nsw, 1):
+                mx = _fmax(mx, _ldg_f32(lrow + Int64(sidx) * 4))
+            tot = Float32(0.0)
+            acc = Float32(0.0)
+            if mx > Float32(NEG_INF):
+                orow = opart_ptr + (row * Int64(nsw) * d + Int64(t)) * 4
+                for sidx in cutlass.range(0, nsw, 1):
+                    w = _ex2(_ldg_f32(lrow + Int64(sidx) * 4) - mx)
+                    tot = tot + w
+                    acc = acc + w * _ldg_f32(orow + Int64(sidx) * (d * 4))
+            val = Float32(0.0)
+            lse = Float32(NEG_INF)
+            if tot > Float32(0.0):
+                val = acc * _rcp(tot)
+                lse = (mx + _lg2(tot)) * Float32(math.log(2.0))
+            _sts_f32(sm + (gi * d + t) * 4, val)
+            if t == 0:
+                _stg_f32(lse_ptr + row * 4, lse)
+        cute.arch.sync_threads()
+        # o[g, e] = sum_d o_rot[g, d] * R_V[h, e, d]   (thread t = e)
+        res = cute.make_rmem_tensor((MAX_GROUP,), Float32)
+        for gi in cutlass.range_constexpr(MAX_GROUP):
+            res[gi] = Float32(0.0)
+        rrow = rv_ptr + (Int64(h) * Int64(rv_head_stride) + Int64(t) * d) * 4
+        for dd in cutlass.range(0, d, 4):
+            r0, r1, r2, r3 = _ldg_v4f(rrow + Int64(dd) * 4)
+            for gi in cutlass.range_constexpr(MAX_GROUP):
+                if gi < group:
+                    o4 = sm + (gi * d + dd) * 4
+                    res[gi] = (res[gi] + r0 * _lds_f32(o4) + r1 * _lds_f32(o4 + 4)
+                               + r2 * _lds_f32(o4 + 8) + r3 * _lds_f32(o4 + 12))
+        for gi in cutlass.range_constexpr(MAX_GROUP):
+            if gi < group:
+                row = Int64(b) * Int64(num_qo_heads) + Int64(h * group + gi)
+                _stg_f32(o_ptr + (row * d + Int64(t)) * 4, res[gi])
+
+
+def _ldg_f32(addr):
+    return _ptx("ld.global.f32 {$w0}, [{$r0}];", [Float32], [addr])
+
+
+def _ldg_v4f(addr):
+    return _ptx("ld.global.nc.v4.f32 {{$w0}, {$w1}, {$w2}, {$w3}}, [{$r0}];", [Float32] * 4,
+                [addr])
+
+
+def _sts_f32(addr, val):
+    _ptx("st.shared.f32 [{$r0}], {$r1};", [], [addr, val])
+
+
+def _lds_f32(addr):
+    return _ptx("ld.shared.f32 {$w0}, [{$r0}];", [Float32], [addr])
+
+
 
 
 def compile_decode(config: Int2DecodeConfig):
@@ -513,3 +820,13 @@ def compile_decode(config: Int2DecodeConfig):
     op = Int2PagedDecodeSm90(config)
     z64, z32 = Int64(0), Int32(0)
     return cute.compile(op, *([z64] * 13), *([z32] * 10), Float32(1.0), make_fake_stream())
+
+
+def compile_merge(config: Int2DecodeConfig):
+    """``cute.compile`` the split merge + ``o @ R_V^T`` launcher for ``config``."""
+    os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+    from cutlass.runtime import make_fake_stream
+
+    op = Int2DecodeMergeSm90(config)
+    z64, z32 = Int64(0), Int32(0)
+    return cute.compile(op, *([z64] * 5), *([z32] * 5), make_fake_stream())

@@ -9,10 +9,9 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from test_cute_gpu import _fill, _bf16_attention  # noqa: E402
+from test_cute_gpu import _fill, reference_decode  # noqa: E402
 
 from oscar_kernels import CacheSpec, ops  # noqa: E402
-from oscar_kernels.reference.paged import paged_decode  # noqa: E402
 
 
 def run(label, spec, lens, gqa, seed=0):
@@ -20,12 +19,12 @@ def run(label, spec, lens, gqa, seed=0):
     gen = torch.Generator().manual_seed(seed)
     cache, table, rot, q = _fill(spec, lens, gen, spec.num_kv_heads * gqa, dev)
     scale = spec.head_dim ** -0.5
-    ref, ref_lse = paged_decode(q, cache, *table, *rot.per_head(spec.num_kv_heads), scale)
+    ref, ref_lse, yard = reference_decode(cache, table, rot, q, scale)
     out = torch.full_like(q, float("nan"))
     got, lse = ops.paged_decode_attention(q, cache, *table, rot, out=out, backend="cute",
                                           return_lse=True)
     torch.cuda.synchronize()
-    yard = _bf16_attention(q, cache, table, rot, scale)
+    got, lse = got.cpu().float(), lse.cpu()
     for b, n in enumerate(lens):
         e = float((got[b].double() - ref[b].double()).norm() / ref[b].double().norm().clamp_min(1e-30))
         y = float((yard[b].double() - ref[b].double()).norm() / ref[b].double().norm().clamp_min(1e-30))

@@ -54,7 +54,7 @@ def _bf16_attention(q, cache, table, rot, sm_scale):
     spec = cache.spec
     kv_indptr, kv_indices, kv_last, slots = table
     rot_k, rot_v = rot.per_head(spec.num_kv_heads)
-    lens = seq_lens_from_page_table(kv_indptr.cpu(), kv_last.cpu(), spec.page_size)
+    lens = seq_lens_from_page_table(kv_indptr, kv_last, spec.page_size)
     qr = rotate_queries(q, rot_k).to(torch.bfloat16)
     out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     g = q.shape[1] // spec.num_kv_heads
@@ -62,8 +62,8 @@ def _bf16_attention(q, cache, table, rot, sm_scale):
         n = int(lens[b])
         if n == 0:
             continue
-        k_int2, v_int2, k_full, v_full = _sequence_kv(cache, b, n, kv_indices.cpu(),
-                                                      kv_indptr.cpu(), slots.cpu())
+        k_int2, v_int2, k_full, v_full = _sequence_kv(cache, b, n, kv_indices, kv_indptr,
+                                                      slots)
         pos = torch.arange(n, device=q.device)
         full = (pos < spec.sink_size) | (pos >= n - spec.recent_size)
         kk = torch.where(full[:, None, None], k_full, k_int2).to(torch.bfloat16)
@@ -73,7 +73,25 @@ def _bf16_attention(q, cache, table, rot, sm_scale):
         s = torch.matmul(qr[b][:, None, :], kk.transpose(1, 2))[:, 0] * sm_scale
         p = torch.softmax(s.float(), dim=-1).to(torch.bfloat16)
         out[b] = torch.matmul(p[:, None, :], vv)[:, 0].float()
-    return unrotate_output(out, rot_v)
+    # a plain bf16 computation returns bf16 (q's dtype): round like the kernel's output
+    return unrotate_output(out, rot_v).to(q.dtype).float()
+
+
+def cpu_copy(cache, table, rot, q):
+    """The reference runs on the CPU: copies of the GPU cache, page table, rotation, query."""
+    from oscar_kernels import Int2PagedKVCache
+
+    c = Int2PagedKVCache(cache.spec, **{n: t.cpu() for n, t in cache.tensors().items()})
+    return c, [t.cpu() for t in table], rot.to("cpu"), q.cpu()
+
+
+def reference_decode(cache, table, rot, q, scale):
+    """float32 reference (o, lse) and the bf16 yardstick, computed on the CPU."""
+    from oscar_kernels.reference.paged import paged_decode
+
+    c, t, r, qc = cpu_copy(cache, table, rot, q)
+    ref32, ref_lse = paged_decode(qc, c, *t, *r.per_head(c.spec.num_kv_heads), scale)
+    return ref32, ref_lse, _bf16_attention(qc, c, t, r, scale)
 
 
 def _check(spec, seq_lens, gqa, seed, *, dtype=torch.bfloat16):
@@ -84,16 +102,13 @@ def _check(spec, seq_lens, gqa, seed, *, dtype=torch.bfloat16):
     q = q.to(dtype)
     kv_indptr, kv_indices, kv_last, slots = table
     scale = spec.head_dim ** -0.5
-    ref, ref_lse = ops.paged_decode_attention(q, cache, kv_indptr, kv_indices, kv_last, slots,
-                                              rot, backend="reference", return_lse=True)
-    ref32, _ = __import__("oscar_kernels.reference.paged", fromlist=["paged_decode"]).paged_decode(
-        q, cache, kv_indptr, kv_indices, kv_last, slots, *rot.per_head(spec.num_kv_heads), scale)
+    ref32, ref_lse, yard = reference_decode(cache, table, rot, q, scale)
     out = torch.full(q.shape, float("nan"), dtype=q.dtype, device=dev)
     got, lse = ops.paged_decode_attention(q, cache, kv_indptr, kv_indices, kv_last, slots, rot,
                                           out=out, backend="cute", return_lse=True)
     torch.cuda.synchronize()
     assert got.data_ptr() == out.data_ptr()
-    yard = _bf16_attention(q, cache, table, rot, scale)
+    got, lse = got.cpu(), lse.cpu()
     for b, n in enumerate(seq_lens):
         if n == 0:
             assert bool((got[b] == 0).all()) and bool(torch.isinf(lse[b]).all())
