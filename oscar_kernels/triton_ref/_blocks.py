@@ -191,10 +191,22 @@ def _bf16_block(q0, q1, q2, q3, k_rows, v_rows, rbase, nmask, valid,
 
 
 @triton.jit
-def _rotate_quarter(x, rot_base, stride_rd, I: tl.constexpr, D: tl.constexpr, PD: tl.constexpr):
-    """``x [M, D]`` fp32 times columns ``[I·PD, (I+1)·PD)`` of ``R [D, D]`` (IEEE fp32)."""
-    d = tl.arange(0, D)
-    j = tl.arange(0, PD)
-    r = tl.load(rot_base + d[:, None] * stride_rd + (I * PD + j)[None, :])
-    return tl.dot(x, r, input_precision="ieee")
+def _rotate_quarter(q_rows, rmask, rot_base, stride_rd, I: tl.constexpr, D: tl.constexpr,
+                    PD: tl.constexpr):
+    """Quarter ``I`` of ``x @ R``: ``Σ_c x[:, c-th quarter] @ R[c-th quarter, I-th quarter]``.
 
+    ``q_rows [M]`` pointers to the rows of ``x`` (any float dtype, upcast to fp32), ``R``
+    ``[D, D]`` fp32 at ``rot_base``. Four ``[M, D/4] x [D/4, D/4]`` dots in 3xTF32
+    (split-precision tensor-core products, about fp32 accuracy; the result is rounded to
+    fp16/TF32 for the attention dots anyway). An IEEE (FMA) dot here made ptxas fall back
+    to 32 registers and a 3.5 KB spill stack for the whole decode kernel (``ptxas -v`` on
+    the sm_90a PTX); 3xTF32 compiles without spills. In the interpreter it is IEEE.
+    """
+    j = tl.arange(0, PD)
+    acc = tl.zeros([q_rows.shape[0], PD], tl.float32)
+    for c in tl.static_range(4):
+        x = tl.load(q_rows[:, None] + (c * PD + j)[None, :], mask=rmask[:, None],
+                    other=0.0).to(tl.float32)
+        r = tl.load(rot_base + (c * PD + j)[:, None] * stride_rd + (I * PD + j)[None, :])
+        acc += tl.dot(x, r, input_precision="tf32x3")
+    return acc

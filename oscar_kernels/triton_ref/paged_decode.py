@@ -55,7 +55,7 @@ class DecodeConfig:
     """
 
     block_n: int = 64
-    block_w: int = 64
+    block_w: int = 32
     num_warps: int = 4
     num_stages: int = 2
     num_splits: int | None = None
@@ -103,14 +103,13 @@ def _paged_decode_split_kernel(
 
     r = tl.arange(0, GP)
     rmask = r < GQA
-    dd = tl.arange(0, D)
-    qraw = tl.load(q_ptr + b * stride_qb + (h * GQA + r)[:, None] * stride_qh + dd[None, :],
-                   mask=rmask[:, None], other=0.0).to(tl.float32)          # [GP, D]
+    qrows = q_ptr + b * stride_qb + (h * GQA + r) * stride_qh                # [GP] row pointers
+    qmask = rmask
     rb = rot_k_ptr + h * stride_rh
-    q0 = _rotate_quarter(qraw, rb, stride_rd, 0, D, PD) * qk_scale         # [GP, PD]
-    q1 = _rotate_quarter(qraw, rb, stride_rd, 1, D, PD) * qk_scale
-    q2 = _rotate_quarter(qraw, rb, stride_rd, 2, D, PD) * qk_scale
-    q3 = _rotate_quarter(qraw, rb, stride_rd, 3, D, PD) * qk_scale
+    q0 = _rotate_quarter(qrows, qmask, rb, stride_rd, 0, D, PD) * qk_scale         # [GP, PD]
+    q1 = _rotate_quarter(qrows, qmask, rb, stride_rd, 1, D, PD) * qk_scale
+    q2 = _rotate_quarter(qrows, qmask, rb, stride_rd, 2, D, PD) * qk_scale
+    q3 = _rotate_quarter(qrows, qmask, rb, stride_rd, 3, D, PD) * qk_scale
 
     m_i = tl.full([GP], float("-inf"), tl.float32)
     l_i = tl.zeros([GP], tl.float32)

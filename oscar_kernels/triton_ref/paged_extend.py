@@ -77,13 +77,13 @@ def _paged_extend_kernel(
         t_max = prefix + tl.minimum(q_start + BLOCK_Q, n_b) - 1
         dd = tl.arange(0, D)
         qrow = (qo0 + qidx).to(tl.int64)
-        qraw = tl.load(q_ptr + qrow[:, None] * stride_qn + (h * GQA + r)[:, None] * stride_qh
-                       + dd[None, :], mask=rvalid[:, None], other=0.0).to(tl.float32)
+        qrows = q_ptr + qrow * stride_qn + (h * GQA + r) * stride_qh          # [BLOCK_M]
+        qmask = rvalid
         rb = rot_k_ptr + h * stride_rh
-        q0 = _rotate_quarter(qraw, rb, stride_rd, 0, D, PD) * qk_scale
-        q1 = _rotate_quarter(qraw, rb, stride_rd, 1, D, PD) * qk_scale
-        q2 = _rotate_quarter(qraw, rb, stride_rd, 2, D, PD) * qk_scale
-        q3 = _rotate_quarter(qraw, rb, stride_rd, 3, D, PD) * qk_scale
+        q0 = _rotate_quarter(qrows, qmask, rb, stride_rd, 0, D, PD) * qk_scale
+        q1 = _rotate_quarter(qrows, qmask, rb, stride_rd, 1, D, PD) * qk_scale
+        q2 = _rotate_quarter(qrows, qmask, rb, stride_rd, 2, D, PD) * qk_scale
+        q3 = _rotate_quarter(qrows, qmask, rb, stride_rd, 3, D, PD) * qk_scale
 
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -261,7 +261,7 @@ def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
         float(sm_scale) * LOG2E,
         PAGE_SIZE=spec.page_size, SINK=spec.sink_size, RECENT=spec.recent_size,
         D=d, GQA=gqa, GP=gp, NG=spec.num_groups, BLOCK_Q=block_q, BLOCK_N=block_n,
-        DOT16=not interp, num_warps=4, num_stages=1,
+        DOT16=not interp, num_warps=8, num_stages=1,
     )
     quantize_append_paged_kv_cache_triton(cache, append_key, append_value, batch_indices,
                                           positions, *table, write_pages=False,
