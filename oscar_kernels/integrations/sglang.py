@@ -22,8 +22,10 @@ scheduler/model workers); :func:`register` then adds hooks through SGLang's
   and validating the rotation artifact for this TP rank's KV heads.
 * ``attention_backend_setup._build_full_attention_backend_from_str`` (around): returns
   :class:`~oscar_kernels.integrations.sglang_backend.OscarInt2AttnBackend`.
-* ``ReqToTokenPool.alloc_rows`` (after): marks freshly assigned request rows, whose
-  window slots must be rebuilt (prefix caching, docs/integrations.md).
+* ``ReqToTokenPool.alloc_rows`` / ``alloc`` (after): marks freshly assigned request rows,
+  whose window slots must be rebuilt, and records each row's sink key.
+* ``mem_cache.common.match_kv_cache`` (around): cuts a new request's radix-cache hit so
+  the window positions are recomputed (:func:`reusable_prefix_len`; docs/integrations.md).
 
 This module imports no SGLang code at import time; the pool and backend classes live in
 ``sglang_backend.py``. The helpers here (configuration, artifact loading, page tables,
@@ -55,7 +57,9 @@ ENV = {
     "recent_size": "OSCAR_RECENT_SIZE",
     "group_size": "OSCAR_GROUP_SIZE",
     "backend": "OSCAR_BACKEND",
+    "sink_entries": "OSCAR_SINK_ENTRIES",
 }
+DEFAULT_SINK_ENTRIES = 64
 
 
 # ------------------------------------------------------------------ configuration
@@ -68,6 +72,7 @@ class OscarConfig:
     recent_size: int = DEFAULT_RECENT_SIZE
     group_size: int | None = None
     backend: str = "auto"
+    sink_entries: int = DEFAULT_SINK_ENTRIES
 
     @classmethod
     def from_env(cls, environ=None) -> "OscarConfig":
@@ -86,12 +91,14 @@ class OscarConfig:
                    sink_size=as_int("sink_size", DEFAULT_SINK_SIZE),
                    recent_size=as_int("recent_size", DEFAULT_RECENT_SIZE),
                    group_size=as_int("group_size", None),
-                   backend=env.get(ENV["backend"]) or "auto")
+                   backend=env.get(ENV["backend"]) or "auto",
+                   sink_entries=as_int("sink_entries", DEFAULT_SINK_ENTRIES))
 
     def to_env(self, environ=None) -> None:
         env = os.environ if environ is None else environ
         env[ENV["dtype"]] = INT2
-        for key in ("rotation_path", "sink_size", "recent_size", "group_size", "backend"):
+        for key in ("rotation_path", "sink_size", "recent_size", "group_size", "backend",
+                    "sink_entries"):
             val = getattr(self, key)
             if val is None:
                 env.pop(ENV[key], None)
@@ -102,6 +109,8 @@ class OscarConfig:
         expect(self.sink_size >= 0, "--oscar-sink-size", "a non-negative int", self.sink_size)
         expect(self.recent_size >= 0, "--oscar-recent-size", "a non-negative int",
                self.recent_size)
+        expect(self.sink_entries >= 1, "--oscar-sink-cache-entries", "a positive int",
+               self.sink_entries)
         expect(self.backend in ("auto", "reference", "triton", "cute"), "--oscar-backend",
                "one of auto, reference, triton, cute", self.backend)
         if self.rotation_path is not None:
@@ -240,14 +249,14 @@ def page_table_from_req_to_token(req_to_token: torch.Tensor, req_pool_indices: t
 
 
 def rebuild_window_from_pages(cache, pages: torch.Tensor, window_slot: int,
-                              prefix_len: int) -> None:
-    """Fill a request's window slot for a reused prefix of ``prefix_len`` tokens.
+                              prefix_len: int, *, sinks: bool = True) -> None:
+    """Fill a request's window slot for a reused prefix of ``prefix_len`` tokens from pages.
 
     The slot of a request that starts on a cached prefix holds another request's rows.
-    Its sink rows ``[0, min(S, P))`` and the recent rows ``[max(S, P - W), P)`` of the
-    prefix are rewritten from the shared INT2 pages (dequantized, in rotated space, as
-    BF16), so nothing stale is ever read. (They carry INT2 precision instead of BF16;
-    docs/integrations.md explains this trade and the exact alternative.)
+    The recent rows ``[max(S, P - W), P)`` (and, with ``sinks``, the sink rows
+    ``[0, min(S, P))``) are rewritten from the shared INT2 pages (dequantized, rotated
+    space, as BF16), so nothing stale is ever read. These rows carry INT2 precision; the
+    plugin only lets queries that SGLang recomputes read them (docs/integrations.md).
     """
     spec = cache.spec
     s, w = spec.sink_size, spec.recent_size
@@ -255,11 +264,44 @@ def rebuild_window_from_pages(cache, pages: torch.Tensor, window_slot: int,
         return
     k, v = gather_int2(cache, pages, prefix_len)
     pos = torch.arange(prefix_len, device=k.device)
-    keep = (pos < s) | ((pos >= max(s, prefix_len - w)) & (w > 0))
+    keep = ((pos < s) & sinks) | ((pos >= max(s, prefix_len - w)) & (w > 0))
     pos = pos[keep]
     rows = torch.where(pos < s, pos, s + (pos % w if w > 0 else pos))
     cache.k_window[window_slot, rows] = k[keep].to(cache.k_window.dtype)
     cache.v_window[window_slot, rows] = v[keep].to(cache.v_window.dtype)
+
+
+# ------------------------------------------------------------------- prefix caching
+def reusable_prefix_len(prefix_len: int, *, sink_size: int, recent_size: int, page_size: int,
+                        have_sinks: bool) -> int:
+    """How much of a radix-cache hit of ``prefix_len`` tokens a new request may reuse.
+
+    The new request's window slot must hold BF16 rows of its sinks ``[0, S)`` and of the
+    ``W`` positions before its first new query. The sinks come from the sink store (keyed
+    by the first ``S`` token ids); the recent rows are recomputed: the reused prefix is cut
+    to ``P' = floor((P - W) / page_size) * page_size`` so SGLang recomputes
+    ``[P', P)`` from real K/V. Without stored sinks, or when ``P <= S + W``, nothing is
+    reused (``0``): the request recomputes its prompt, which is always exact.
+
+    Example
+    -------
+    >>> reusable_prefix_len(1000, sink_size=64, recent_size=256, page_size=16, have_sinks=True)
+    736
+    """
+    if prefix_len <= sink_size + recent_size or not have_sinks:
+        return 0
+    return (prefix_len - recent_size) // page_size * page_size
+
+
+def sink_key(token_ids, sink_size: int, extra=None) -> str | None:
+    """Key of the sink store: the first ``sink_size`` token ids (plus SGLang's
+    ``extra_key``/LoRA id, which change K/V for the same tokens); ``None`` when shorter."""
+    if sink_size <= 0 or len(token_ids) < sink_size:
+        return None
+    import hashlib
+
+    h = hashlib.sha1(repr((tuple(int(t) for t in token_ids[:sink_size]), extra)).encode())
+    return h.hexdigest()
 
 
 # --------------------------------------------------------------------------- hooks
@@ -274,6 +316,10 @@ _PARSER_FLAGS = (
                                  help="INT2 KV cache: last tokens kept in BF16")),
     ("--oscar-group-size", dict(type=int, default=None,
                                 help="INT2 KV cache: channels per scale/zero (default head_dim)")),
+    ("--oscar-sink-cache-entries", dict(type=int, default=DEFAULT_SINK_ENTRIES,
+                                        help="INT2 KV cache: BF16 sink rows kept per distinct "
+                                             "first-sink_size-token prefix, for prefix-cache "
+                                             "hits (LRU)")),
     ("--oscar-backend", dict(type=str, default="auto",
                              choices=["auto", "reference", "triton", "cute"],
                              help="INT2 KV cache: kernel backend")),
@@ -299,7 +345,9 @@ def _around_from_cli_args(original, cls, args, *rest, **kwargs):
                     sink_size=getattr(args, "oscar_sink_size", DEFAULT_SINK_SIZE),
                     recent_size=getattr(args, "oscar_recent_size", DEFAULT_RECENT_SIZE),
                     group_size=getattr(args, "oscar_group_size", None),
-                    backend=getattr(args, "oscar_backend", "auto")).to_env()
+                    backend=getattr(args, "oscar_backend", "auto"),
+                    sink_entries=getattr(args, "oscar_sink_cache_entries",
+                                         DEFAULT_SINK_ENTRIES)).to_env()
     return original(cls, args, *rest, **kwargs)
 
 
@@ -344,6 +392,42 @@ def _after_alloc_rows(result, pool, *args, **kwargs):
     return result
 
 
+def _req_sink_key(req, sink_size: int):
+    extra = (getattr(req, "extra_key", None), getattr(req, "lora_id", None))
+    return sink_key(list(req.origin_input_ids[:sink_size]), sink_size, extra)
+
+
+def _after_alloc(result, pool, reqs, *args, **kwargs):
+    """Remember each request row's sink key (the backend stores/restores sinks by it)."""
+    if result is not None and int2_enabled():
+        from .sglang_backend import set_row_sink_key
+
+        s = OscarConfig.from_env().sink_size
+        for req, row in zip(reqs, result):
+            set_row_sink_key(int(row), _req_sink_key(req, s))
+    return result
+
+
+def _around_match_kv_cache(original, req, tree_cache, token_ids=None, *args, **kwargs):
+    """Cut a new request's prefix hit so its window is recomputed (reusable_prefix_len)."""
+    result = original(req, tree_cache, token_ids, *args, **kwargs)
+    if not int2_enabled() or getattr(getattr(req, "kv", None), "holds_kv", False):
+        return result  # a running request (chunked prefill) keeps its own valid window
+    p = int(getattr(req, "prefix_len", 0) or 0)
+    if p <= 0:
+        return result
+    from .sglang_backend import has_sink_entry, page_size_of_active_pool
+
+    cfg = OscarConfig.from_env()
+    keep = reusable_prefix_len(p, sink_size=cfg.sink_size, recent_size=cfg.recent_size,
+                               page_size=page_size_of_active_pool(),
+                               have_sinks=has_sink_entry(_req_sink_key(req, cfg.sink_size)))
+    if keep < p:
+        kwargs["max_prefix_len"] = keep
+        result = original(req, tree_cache, token_ids, *args, **kwargs)
+    return result
+
+
 HOOKS = (
     ("sglang.srt.server_args.ServerArgs.add_cli_args", _after_add_cli_args, "AFTER"),
     ("sglang.srt.server_args.ServerArgs.from_cli_args", _around_from_cli_args, "AROUND"),
@@ -353,6 +437,8 @@ HOOKS = (
     ("sglang.srt.model_executor.model_runner_components.attention_backend_setup."
      "_build_full_attention_backend_from_str", _around_build_attention_backend, "AROUND"),
     ("sglang.srt.mem_cache.memory_pool.ReqToTokenPool.alloc_rows", _after_alloc_rows, "AFTER"),
+    ("sglang.srt.mem_cache.memory_pool.ReqToTokenPool.alloc", _after_alloc, "AFTER"),
+    ("sglang.srt.mem_cache.common.match_kv_cache", _around_match_kv_cache, "AROUND"),
 )
 
 

@@ -12,12 +12,14 @@ Imported only inside SGLang processes (it subclasses SGLang's ``KVCache`` and
   rotation: extend = :class:`Int2BatchPrefillWithPagedKVCacheWrapper` (writes the chunk,
   causal attention), decode = :func:`append_paged_kv_cache` of the new token + the decode
   wrapper. A request row that SGLang has just assigned and that starts on a cached prefix
-  gets its window slot rebuilt before its first extend (``rebuild_window_from_pages``).
+  (cut by the plugin so its last ``recent_size`` tokens are recomputed) gets its sinks from
+  the pool's sink store and its older ring rows rebuilt from pages before its first extend.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 
 import torch
 from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
@@ -36,11 +38,28 @@ log = logging.getLogger(__name__)
 
 #: Request rows assigned since their last forward (their window slot holds stale rows).
 _FRESH_ROWS: set[int] = set()
+#: Sink key (first sink_size token ids, extra key) of each request row.
+_ROW_SINK_KEY: dict[int, str | None] = {}
+#: The INT2 pool of this process (the scheduler's prefix-match hook asks it about sinks).
+_ACTIVE_POOL: list = []
 
 
 def mark_fresh_rows(rows) -> None:
     """Called by the ``ReqToTokenPool.alloc_rows`` hook with newly assigned rows."""
     _FRESH_ROWS.update(int(r) for r in rows)
+
+
+def set_row_sink_key(row: int, key: str | None) -> None:
+    """Called by the ``ReqToTokenPool.alloc`` hook: the sink key of a request row."""
+    _ROW_SINK_KEY[int(row)] = key
+
+
+def has_sink_entry(key: str | None) -> bool:
+    return bool(_ACTIVE_POOL) and key is not None and key in _ACTIVE_POOL[-1].sink_index
+
+
+def page_size_of_active_pool() -> int:
+    return _ACTIVE_POOL[-1].page_size if _ACTIVE_POOL else 1
 
 
 class OscarInt2TokenToKVPool(KVCache):
@@ -75,7 +94,35 @@ class OscarInt2TokenToKVPool(KVCache):
         self.layers = [Int2PagedKVCache.allocate(self.spec, self.num_pages, num_window_slots,
                                                  device=device)
                        for _ in range(self.end_layer - self.start_layer + 1)]
+        # sink store: BF16 rows [0, S) per distinct first-S-token prefix (LRU), per layer
+        e, s_ = config.sink_entries, config.sink_size
+        shape = (e, s_, head_num, head_dim)
+        self.sink_store = [(torch.empty(shape, dtype=torch.bfloat16, device=device),
+                            torch.empty(shape, dtype=torch.bfloat16, device=device))
+                           for _ in self.layers]
+        self.sink_index: OrderedDict[str, int] = OrderedDict()
         self._finalize_allocation_log(size)
+        _ACTIVE_POOL.append(self)
+
+    # ------------------------------------------------------------ sink store
+    def sink_lookup(self, key: str | None) -> int | None:
+        if key is None or key not in self.sink_index:
+            return None
+        self.sink_index.move_to_end(key)
+        return self.sink_index[key]
+
+    def sink_assign(self, key: str | None) -> int | None:
+        """Entry for ``key`` (reused, or the least recently used one evicted)."""
+        if key is None or self.config.sink_size == 0:
+            return None
+        if key in self.sink_index:
+            return self.sink_lookup(key)
+        if len(self.sink_index) < self.config.sink_entries:
+            entry = len(self.sink_index)
+        else:
+            _, entry = self.sink_index.popitem(last=False)
+        self.sink_index[key] = entry
+        return entry
 
     # -------------------------------------------------------------- accessors
     def layer_cache(self, layer_id: int) -> Int2PagedKVCache:
@@ -100,8 +147,10 @@ class OscarInt2TokenToKVPool(KVCache):
                 setattr(cache, name, new)
 
     def get_kv_size_bytes(self):
-        k = sum(c.k_codes.nbytes + c.k_params.nbytes + c.k_window.nbytes for c in self.layers)
-        v = sum(c.v_codes.nbytes + c.v_params.nbytes + c.v_window.nbytes for c in self.layers)
+        k = sum(c.k_codes.nbytes + c.k_params.nbytes + c.k_window.nbytes + sk.nbytes
+                for c, (sk, _) in zip(self.layers, self.sink_store))
+        v = sum(c.v_codes.nbytes + c.v_params.nbytes + c.v_window.nbytes + sv.nbytes
+                for c, (_, sv) in zip(self.layers, self.sink_store))
         return k, v
 
     def _unsupported(self, what: str):
@@ -226,14 +275,21 @@ class OscarInt2AttnBackend(AttentionBackend):
                                       self.num_qo_heads, h, spec.head_dim, spec.page_size,
                                       causal=True, window_slots=slots)
             meta["wrapper"] = self.prefill_wrapper
-            rebuild = []
+            rebuild, store = [], []
             ip = kv_indptr.cpu()
+            s_ = spec.sink_size
             for b, row in enumerate(rows_cpu.tolist()):
-                if int(row) in _FRESH_ROWS and int(pre[b]) > 0:
-                    npages = -(-int(pre[b]) // self.page_size)
-                    rebuild.append((int(slots[b]), int(pre[b]),
+                p, n, key = int(pre[b]), int(lens_cpu[b]), _ROW_SINK_KEY.get(int(row))
+                if int(row) in _FRESH_ROWS and p > 0:
+                    # a new request on a cached prefix: its slot holds another request's rows
+                    npages = -(-p // self.page_size)
+                    rebuild.append((int(slots[b]), p, self.pool.sink_lookup(key),
                                     kv_indices[int(ip[b]):int(ip[b]) + npages]))
-            meta["rebuild"] = rebuild
+                if p < s_ <= n:  # this forward completes the sinks: keep them for reuse
+                    entry = self.pool.sink_assign(key)
+                    if entry is not None:
+                        store.append((int(slots[b]), entry))
+            meta["rebuild"], meta["store"] = rebuild, store
         for row in rows_cpu.tolist():
             _FRESH_ROWS.discard(int(row))
         return meta
@@ -305,12 +361,24 @@ class OscarInt2AttnBackend(AttentionBackend):
             raise UnsupportedConfigError("int2 extend needs the new K/V (save_kv_cache=True)")
         meta = self.forward_metadata
         cache = self.pool.layer_cache(layer.layer_id)
-        for slot, prefix_len, pages in meta["rebuild"]:
-            rebuild_window_from_pages(cache, pages, slot, prefix_len)
+        sk, sv = self.pool.sink_store[layer.layer_id - self.pool.start_layer]
+        s_ = self.pool.spec.sink_size
+        for slot, prefix_len, entry, pages in meta["rebuild"]:
+            if entry is not None:  # exact BF16 sinks of this prefix
+                cache.k_window[slot, :s_] = sk[entry]
+                cache.v_window[slot, :s_] = sv[entry]
+            elif prefix_len > 0:
+                log.warning("oscar int2: sink rows of a reused prefix were evicted from the "
+                            "sink store; rebuilding them from INT2 pages")
+            # ring rows before the reused prefix end; only the recomputed queries read them
+            rebuild_window_from_pages(cache, pages, slot, prefix_len, sinks=entry is None)
         q3, k3, v3 = self._shapes(q, k, v, layer)
         meta["wrapper"]._plan["sm_scale"] = float(layer.scaling)
         o = meta["wrapper"].run(q3, k3, v3, cache,
                                 rotation=self.pool.layer_rotation(layer.layer_id))
+        for slot, entry in meta["store"]:
+            sk[entry] = cache.k_window[slot, :s_]
+            sv[entry] = cache.v_window[slot, :s_]
         return o.reshape(-1, layer.tp_q_head_num * layer.v_head_dim)
 
     def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):

@@ -293,3 +293,16 @@ def test_entry_point_declared():
     text = open(os.path.join(os.path.dirname(__file__), "..", "..", "pyproject.toml")).read()
     assert '[project.entry-points."sglang.srt.plugins"]' in text
     assert 'oscar_int2 = "oscar_kernels.integrations.sglang:register"' in text
+
+
+def test_reusable_prefix_len_and_sink_key():
+    kw = dict(sink_size=64, recent_size=256)
+    assert plugin.reusable_prefix_len(1000, page_size=1, have_sinks=True, **kw) == 744
+    assert plugin.reusable_prefix_len(1000, page_size=16, have_sinks=True, **kw) == 736
+    assert plugin.reusable_prefix_len(1000, page_size=16, have_sinks=False, **kw) == 0
+    assert plugin.reusable_prefix_len(320, page_size=1, have_sinks=True, **kw) == 0
+    assert plugin.reusable_prefix_len(321, page_size=1, have_sinks=True, **kw) == 65
+    a = plugin.sink_key(list(range(100)), 64)
+    assert a == plugin.sink_key(list(range(64)) + [7] * 5, 64)  # only the first 64 count
+    assert a != plugin.sink_key(list(range(100)), 64, extra=("lora", 1))
+    assert plugin.sink_key(list(range(10)), 64) is None

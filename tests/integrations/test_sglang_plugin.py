@@ -1,0 +1,387 @@
+"""The SGLang plugin against real SGLang classes (needs ``sglang``; CI skips this file).
+
+Run here in a separate venv: ``/work/venv-sglang/bin/python -m pytest -q
+tests/integrations/test_sglang_plugin.py`` (output recorded under results/sglang/).
+
+* The launch command's arguments parse through SGLang's own ``prepare_server_args`` with the
+  plugin loaded by ``load_plugins()`` from the installed entry point, and resolution turns
+  ``int2`` into the plugin's settings; unsupported combinations fail at startup.
+* SGLang's own ``_build_mha_kv_pool`` and ``_build_full_attention_backend_from_str``, patched
+  by the plugin's hooks, build the INT2 pool and backend for a Qwen3-8B-shaped config.
+* The backend, driven with real ``ForwardBatch``/``RadixAttention``/``ReqToTokenPool``
+  objects, equals the public ops for extend (chunked prefill) and decode, and a request
+  reusing a cached 1,000-token prefix in a stale request row gets its window rebuilt.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+import torch
+
+pytest.importorskip("sglang")
+
+from helpers import i32, random_rotation  # noqa: E402
+from oscar_kernels import ModelFingerprint, RotationArtifact, ops  # noqa: E402
+from oscar_kernels.errors import UnsupportedConfigError  # noqa: E402
+from oscar_kernels.integrations import sglang as plugin  # noqa: E402
+
+QWEN3_8B = {"architectures": ["Qwen3ForCausalLM"], "head_dim": 128, "hidden_act": "silu",
+            "hidden_size": 4096, "intermediate_size": 12288, "max_position_embeddings": 40960,
+            "model_type": "qwen3", "num_attention_heads": 32, "num_hidden_layers": 36,
+            "num_key_value_heads": 8, "rms_norm_eps": 1e-6, "rope_theta": 1000000,
+            "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 151936}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("Qwen3-8B")
+    (d / "config.json").write_text(json.dumps(QWEN3_8B))
+    rot = d / "oscar_rotations"
+    rot.mkdir()
+    RotationArtifact.hadamard(ModelFingerprint(36, 8, 32, 128)).save(rot / "hadamard.safetensors")
+    return d
+
+
+def _run(code: str, cwd) -> subprocess.CompletedProcess:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=os.getcwd())
+    for k in list(env):
+        if k.startswith("OSCAR_"):
+            env.pop(k)
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+LAUNCH = ["--model-path", "{m}", "--kv-cache-dtype", "int2", "--oscar-rotation-path",
+          "./oscar_rotations/", "--oscar-sink-size", "64", "--oscar-recent-size", "256",
+          "--tp", "1", "--port", "30000", "--device", "cpu"]
+
+
+def test_launch_arguments_parse_and_resolve(model_dir):
+    argv = [a.format(m=model_dir) for a in LAUNCH]
+    code = f"""
+import os
+from sglang.srt.plugins import load_plugins
+from sglang.srt.plugins.hook_registry import HookRegistry
+load_plugins()
+from sglang.srt.server_args import prepare_server_args
+sa = prepare_server_args({argv!r})
+assert sa.kv_cache_dtype == "int2", sa.kv_cache_dtype
+sa.resolve_once()
+print("resolved kv_cache_dtype", sa.kv_cache_dtype)
+print("env", sorted((k, v) for k, v in os.environ.items() if k.startswith("OSCAR_")))
+print("hooks", sorted(t for t in HookRegistry._patched if "oscar" in str(HookRegistry._hooks[t])))
+"""
+    r = _run(code, model_dir)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "resolved kv_cache_dtype auto" in r.stdout
+    assert "('OSCAR_KV_CACHE_DTYPE', 'int2')" in r.stdout
+    assert "('OSCAR_ROTATION_PATH', './oscar_rotations/')" in r.stdout
+    assert "('OSCAR_RECENT_SIZE', '256')" in r.stdout
+    for target in ("_build_mha_kv_pool", "_build_full_attention_backend_from_str",
+                   "resolve_once", "alloc_rows"):
+        assert target in r.stdout, r.stdout
+
+
+def test_unsupported_combination_fails_at_startup(model_dir):
+    argv = [a.format(m=model_dir) for a in LAUNCH] + ["--pp-size", "2"]
+    code = f"""
+from sglang.srt.plugins import load_plugins
+load_plugins()
+from sglang.srt.server_args import prepare_server_args
+prepare_server_args({argv!r}).resolve_once()
+"""
+    r = _run(code, model_dir)
+    assert r.returncode != 0
+    assert "does not support: pipeline parallelism" in r.stderr
+
+
+def test_real_builders_select_int2_pool_and_backend(model_dir):
+    """SGLang's own builder functions, patched by the plugin, return the INT2 classes
+    (as TP rank 1 of 2); a head_dim that is not a power of two is rejected."""
+    code = f"""
+import os, types, torch
+os.environ.update(OSCAR_KV_CACHE_DTYPE="int2", OSCAR_ROTATION_PATH="{model_dir}/oscar_rotations",
+                  OSCAR_SINK_SIZE="64", OSCAR_RECENT_SIZE="256", OSCAR_BACKEND="reference")
+from sglang.srt.plugins import load_plugins
+load_plugins()
+from sglang.srt.configs.model_config import ModelConfig
+from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
+from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+from sglang.srt.model_executor.model_runner_components import attention_backend_setup as abs_
+from oscar_kernels.integrations.sglang_backend import OscarInt2TokenToKVPool, OscarInt2AttnBackend
+from sglang.srt.runtime_context import get_parallel
+get_parallel().override_permanently(tp_size=2, tp_rank=1, attn_tp_size=2, attn_tp_rank=1)
+mc = ModelConfig("{model_dir}")
+conf = types.SimpleNamespace(model_config=mc, device="cpu", pool_page_size=1,
+    kv_cache_dtype=torch.bfloat16, use_mla_backend=False,
+    layer_info=types.SimpleNamespace(start_layer=0, end_layer=35, num_effective_layers=36))
+pool = KVCacheConfigurator._build_mha_kv_pool(conf, max_total_num_tokens=64,
+                                               mha_pool_class=None)
+print("pool", type(pool).__name__, len(pool.layers), pool.spec)
+runner = types.SimpleNamespace(token_to_kv_pool=pool, device="cpu", model_config=mc,
+    req_to_token_pool=ReqToTokenPool(4, 128, "cpu", False))
+backend = abs_._build_full_attention_backend_from_str(model_runner=runner,
+    backend_str="flashinfer", init_new_workspace=False)
+print("backend", type(backend).__name__, backend.num_qo_heads)
+mc.head_dim = 96
+try:
+    KVCacheConfigurator._build_mha_kv_pool(conf, max_total_num_tokens=64, mha_pool_class=None)
+except Exception as e:
+    print("rejected", type(e).__name__, e)
+"""
+    r = _run(code, model_dir)
+    assert r.returncode == 0, r.stderr[-3000:]
+    # rank 1 of 2: half of Qwen3-8B's 8 KV heads and 32 query heads
+    assert "pool OscarInt2TokenToKVPool 36 CacheSpec(num_kv_heads=4, head_dim=128, page_size=1" \
+        in r.stdout, r.stdout
+    assert "sink_size=64, recent_size=256" in r.stdout
+    assert "backend OscarInt2AttnBackend 16" in r.stdout
+    assert "rejected UnsupportedConfigError" in r.stdout and "power of two" in r.stdout
+
+
+# ------------------------------------------------------ backend with real ForwardBatch
+H, HQ, D = 2, 8, 64
+
+
+class _Harness:
+    """The scheduler's part: request rows, token slots, ForwardBatch objects."""
+
+    def __init__(self, gen, *, sink=16, recent=64, num_layers=2):
+        from sglang.srt.layers.radix_attention import RadixAttention
+        from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+        from oscar_kernels.integrations.sglang_backend import (OscarInt2AttnBackend,
+                                                               OscarInt2TokenToKVPool)
+
+        cfg = plugin.OscarConfig(sink_size=sink, recent_size=recent, backend="reference")
+        self.rots = [random_rotation(H, D, gen) for _ in range(num_layers)]
+        self.pool = OscarInt2TokenToKVPool(4096, 1, torch.bfloat16, H, D, num_layers, "cpu",
+                                           False, rotations=self.rots, config=cfg)
+        self.pool.num_qo_heads = HQ
+        self.rtp = ReqToTokenPool(8, 2048, "cpu", False)
+        runner = types.SimpleNamespace(token_to_kv_pool=self.pool, req_to_token_pool=self.rtp,
+                                       device="cpu")
+        self.backend = OscarInt2AttnBackend(runner)
+        self.layers = [RadixAttention(HQ, D, D ** -0.5, H, i) for i in range(num_layers)]
+        self.next_slot = 1
+
+    def new_row(self):
+        return self.rtp.alloc_rows(1)[0]
+
+    def slots(self, n):
+        s = torch.arange(self.next_slot, self.next_slot + n, dtype=torch.int32)
+        self.next_slot += n
+        return s
+
+    def batch(self, mode, rows, seq_lens, prefix_lens=None, ext_lens=None):
+        from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
+
+        fb = ForwardBatch(forward_mode=getattr(ForwardMode, mode), batch_size=len(rows),
+                          input_ids=torch.zeros(sum(ext_lens or [1] * len(rows)),
+                                                dtype=torch.int64),
+                          req_pool_indices=torch.tensor(rows, dtype=torch.int64),
+                          seq_lens=torch.tensor(seq_lens, dtype=torch.int64),
+                          out_cache_loc=torch.zeros(1, dtype=torch.int64),
+                          seq_lens_sum=sum(seq_lens))
+        fb.seq_lens_cpu = fb.seq_lens.clone()
+        fb.req_pool_indices_cpu = fb.req_pool_indices.clone()
+        if mode == "EXTEND":
+            fb.extend_prefix_lens_cpu = list(prefix_lens)
+            fb.extend_seq_lens_cpu = list(ext_lens)
+        return fb
+
+    def forward(self, fb, qkv):
+        self.backend.init_forward_metadata(fb)
+        outs = []
+        for layer, (q, k, v) in zip(self.layers, qkv):
+            o = self.backend.forward(q.reshape(q.shape[0], -1), k.reshape(k.shape[0], -1),
+                                     v.reshape(v.shape[0], -1), layer, fb)
+            outs.append(o.reshape(-1, HQ, D))
+        return outs
+
+
+@pytest.fixture
+def hooks_applied():
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    os.environ["OSCAR_KV_CACHE_DTYPE"] = "int2"
+    plugin.register()
+    HookRegistry.apply_hooks()
+    yield
+    os.environ.pop("OSCAR_KV_CACHE_DTYPE", None)
+
+
+def _qkv(gen, n, layers=2):
+    return [(torch.randn(n, HQ, D, generator=gen).to(torch.bfloat16),
+             torch.randn(n, H, D, generator=gen).to(torch.bfloat16),
+             torch.randn(n, H, D, generator=gen).to(torch.bfloat16)) for _ in range(layers)]
+
+
+def test_backend_extend_decode_equal_ops(hooks_applied, gen):
+    hz = _Harness(gen)
+    rows = [hz.new_row(), hz.new_row()]
+    lens = [150, 97]
+    for r, n in zip(rows, lens):
+        hz.rtp.req_to_token[r, :n + 3] = hz.slots(n + 3)
+    # chunked prefill: two chunks, then three decode steps
+    chunks = [[100, 60], [50, 37]]
+    done = [0, 0]
+    qkv_all = [_qkv(gen, sum(c)) for c in chunks]
+    for c, qkv in zip(chunks, qkv_all):
+        now = [d + x for d, x in zip(done, c)]
+        hz.forward(hz.batch("EXTEND", rows, now, done, c), qkv)
+        done = now
+    dec = [_qkv(gen, 2) for _ in range(3)]
+    got = [hz.forward(hz.batch("DECODE", rows, [n + s + 1 for n in lens]), q) for s, q in
+           enumerate(dec)]
+    # the same through the public ops on a fresh cache: one extend over the whole prompt
+    from oscar_kernels.integrations.sglang import page_table_from_req_to_token
+    from helpers import poisoned_cache
+
+    for li in range(2):
+        cache = poisoned_cache(hz.pool.spec, hz.pool.num_pages, hz.pool.num_window_slots)
+        q = torch.cat([torch.cat([qkv[li][t][:c[0]] for qkv, c in zip(qkv_all, chunks)])
+                       for t in range(3)][:1] + [])
+        parts = [[], [], []]
+        for b in range(2):
+            for qkv, c in zip(qkv_all, chunks):
+                off = 0 if b == 0 else c[0]
+                for t in range(3):
+                    parts[t].append(qkv[li][t][off:off + c[b]])
+        q, k, v = (torch.cat(p) for p in parts)
+        ip, ix, last = page_table_from_req_to_token(hz.rtp.req_to_token, i32(rows), i32(lens), 1)
+        ops.paged_extend_attention(q, k, v, i32([0, lens[0], sum(lens)]), cache, ip, ix, last,
+                                   i32(rows), hz.rots[li], backend="reference")
+        for s, qkvd in enumerate(dec):
+            n = [x + s + 1 for x in lens]
+            ip, ix, last = page_table_from_req_to_token(hz.rtp.req_to_token, i32(rows), i32(n), 1)
+            qd, kd, vd = qkvd[li]
+            ops.quantize_append_paged_kv_cache(kd, vd, i32([0, 1]), i32([x - 1 for x in n]),
+                                               cache, ix, ip, last, i32(rows), hz.rots[li],
+                                               backend="reference")
+            want = ops.paged_decode_attention(qd, cache, ip, ix, last, i32(rows), hz.rots[li],
+                                              backend="reference")
+            assert torch.equal(got[s][li], want), (li, s)
+        assert torch.equal(cache.k_codes[1:sum(lens) + 7],
+                           hz.pool.layer_cache(li).k_codes[1:sum(lens) + 7])
+
+
+def test_backend_prefix_hit_equals_independent_requests(hooks_applied, gen):
+    """Two requests sharing a cached 1,000-token prefix give the same attention outputs as
+    independent requests. Request A writes the prefix; B arrives with the same first tokens
+    in a request row an unrelated request used before (stale window slot). The plugin's
+    prefix-match hook cuts B's hit to P' (reusable_prefix_len) so SGLang recomputes
+    [P', P) from real K/V; the sink store gives B A's BF16 sinks."""
+    from oscar_kernels.integrations.sglang_backend import has_sink_entry, set_row_sink_key
+
+    hz = _Harness(gen, sink=64, recent=256, num_layers=2)
+    P, S = 1000, 24
+    tokens = torch.randint(0, 1000, (P + S,), generator=gen).tolist()
+    key = plugin.sink_key(tokens, 64)
+    prefix_qkv = _qkv(gen, P)
+    sfx_qkv = _qkv(gen, S)
+    a = hz.new_row()
+    set_row_sink_key(a, key)
+    hz.rtp.req_to_token[a, :P] = hz.slots(P)
+    hz.forward(hz.batch("EXTEND", [a], [P], [0], [P]), prefix_qkv)  # A's prefill
+    assert has_sink_entry(key)
+    keep = plugin.reusable_prefix_len(P, sink_size=64, recent_size=256, page_size=1,
+                                      have_sinks=has_sink_entry(key))
+    assert keep == P - 256
+    outs = {}
+    for name, stale in (("B", True), ("C", False)):
+        if stale:  # an unrelated request occupies a row, then frees it
+            junk = hz.new_row()
+            set_row_sink_key(junk, plugin.sink_key(list(range(64)), 64))
+            hz.rtp.req_to_token[junk, :300] = hz.slots(300)
+            hz.forward(hz.batch("EXTEND", [junk], [300], [0], [300]), _qkv(gen, 300))
+            hz.rtp.free_slots.append(junk)
+        row = hz.new_row()
+        assert not stale or row == junk
+        set_row_sink_key(row, key)
+        hz.rtp.req_to_token[row, :keep] = hz.rtp.req_to_token[a, :keep]  # the (cut) hit
+        hz.rtp.req_to_token[row, keep:P + S] = hz.slots(P + S - keep)
+        qkv = [tuple(torch.cat([pq[t][keep:], sq[t]]) for t in range(3))
+               for pq, sq in zip(prefix_qkv, sfx_qkv)]
+        o = hz.forward(hz.batch("EXTEND", [row], [P + S], [keep], [P + S - keep]), qkv)
+        outs[name] = [x[P - keep:] for x in o]
+        hz.rtp.free_slots.append(row)
+    # fully independent request: prefix and suffix written by itself
+    ind = hz.new_row()
+    set_row_sink_key(ind, key)
+    hz.rtp.req_to_token[ind, :P + S] = hz.slots(P + S)
+    qkv = [tuple(torch.cat([pq[t], sq[t]]) for t in range(3)) for pq, sq in zip(prefix_qkv,
+                                                                              sfx_qkv)]
+    full = [x[P:] for x in hz.forward(hz.batch("EXTEND", [ind], [P + S], [0], [P + S]), qkv)]
+    for li in range(2):
+        assert torch.equal(outs["B"][li], full[li]), li
+        assert torch.equal(outs["C"][li], full[li]), li
+
+
+def test_prefix_match_hook_cuts_new_requests_only(hooks_applied):
+    """The match_kv_cache hook: new requests get their hit cut (or dropped without stored
+    sinks); a running request (chunked prefill, holds_kv) keeps its full match."""
+    calls = []
+
+    def fake_match(req, tree_cache, token_ids=None, *, max_prefix_len=None, cow_mamba=False):
+        calls.append(max_prefix_len)
+        req.prefix_len = 1000 if max_prefix_len is None else min(1000, max_prefix_len)
+        return req.prefix_len
+
+    def req(holds):
+        return types.SimpleNamespace(kv=types.SimpleNamespace(holds_kv=holds), prefix_len=0,
+                                     origin_input_ids=list(range(2000)), extra_key=None,
+                                     lora_id=None)
+    os.environ.update(OSCAR_SINK_SIZE="64", OSCAR_RECENT_SIZE="256")
+    try:
+        assert plugin._around_match_kv_cache(fake_match, req(True), None) == 1000
+        assert plugin._around_match_kv_cache(fake_match, req(False), None) == 0  # no sinks
+        from oscar_kernels.integrations import sglang_backend as sb
+
+        pool = types.SimpleNamespace(sink_index={plugin.sink_key(list(range(64)), 64,
+                                                                 (None, None)): 0},
+                                     page_size=16)
+        sb._ACTIVE_POOL.append(pool)
+        try:
+            assert plugin._around_match_kv_cache(fake_match, req(False), None) == 736
+        finally:
+            sb._ACTIVE_POOL.remove(pool)
+    finally:
+        os.environ.pop("OSCAR_SINK_SIZE")
+        os.environ.pop("OSCAR_RECENT_SIZE")
+    assert calls == [None, None, 0, None, 736]
+
+
+def test_alloc_hooks_mark_rows(hooks_applied):
+    from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+    from oscar_kernels.integrations import sglang_backend as sb
+
+    rtp = ReqToTokenPool(4, 64, "cpu", False)
+    reqs = [types.SimpleNamespace(kv=types.SimpleNamespace(holds_kv=False, req_pool_idx=None,
+                                                           kv_allocated_len=0),
+                                  origin_input_ids=list(range(i, i + 100)), extra_key=None,
+                                  lora_id=None) for i in range(2)]
+    rows = rtp.alloc(reqs)
+    assert set(rows) <= sb._FRESH_ROWS
+    assert sb._ROW_SINK_KEY[rows[1]] == plugin.sink_key(list(range(1, 101)), 64, (None, None))
+
+
+def test_backend_rejects_unsupported_layers(hooks_applied, gen):
+    from sglang.srt.layers.radix_attention import RadixAttention
+
+    hz = _Harness(gen, num_layers=1)
+    row = hz.new_row()
+    hz.rtp.req_to_token[row, :10] = hz.slots(10)
+    fb = hz.batch("EXTEND", [row], [10], [0], [10])
+    hz.backend.init_forward_metadata(fb)
+    q, k, v = _qkv(gen, 10, 1)[0]
+    for layer, msg in ((RadixAttention(HQ, D, 0.1, H, 0, logit_cap=30.0), "soft-capping"),
+                       (RadixAttention(HQ, D, 0.1, H, 0, sliding_window_size=128),
+                        "sliding-window")):
+        with pytest.raises(UnsupportedConfigError, match=msg):
+            hz.backend.forward(q.reshape(10, -1), k.reshape(10, -1), v.reshape(10, -1), layer, fb)
