@@ -20,8 +20,8 @@ MAX_GROUP = 8
 #: Tokens per chunk; a chunk must lie inside one page.
 CHUNK = 16
 NUM_WARPS = 4
-#: Resident CTAs per SM the split heuristic aims for (159 registers x 128 threads -> 3).
-CTAS_PER_SM = 3
+#: Resident CTAs per SM the split heuristic aims for (126 registers x 128 threads -> 4).
+CTAS_PER_SM = 4
 MAX_SPLITS = 128
 HEAD_DIMS = (64, 128)
 
@@ -97,9 +97,8 @@ def decode(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots, rot_
     if num_splits is None:
         num_splits = num_splits_for(batch_size, h, torch.cuda.get_device_properties(dev)
                                     .multi_processor_count)
-    nsw = num_splits * NUM_WARPS
-    o_part = torch.empty(batch_size, num_qo_heads, nsw, d, dtype=torch.float32, device=dev)
-    lse_part = torch.empty(batch_size, num_qo_heads, nsw, dtype=torch.float32, device=dev)
+    o_part = torch.empty(batch_size, num_qo_heads, num_splits, d, dtype=torch.float32, device=dev)
+    lse_part = torch.empty(batch_size, num_qo_heads, num_splits, dtype=torch.float32, device=dev)
     sp, ss, sh = _row_strides(spec)
     ptrs = [q_rot, cache.k_codes, cache.k_params, cache.v_codes, cache.v_params, cache.k_window,
             cache.v_window, kv_indptr, kv_indices, kv_last_page_len, window_slots, o_part,
@@ -116,8 +115,8 @@ def decode(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots, rot_
                                         float(sm_scale) * math.log2(math.e), stream)
         # merge the per-warp splits (base-2 lse) and apply o @ R_V^T
         _bundle.get_kernel("merge", d)(o_part.data_ptr(), lse_part.data_ptr(), rot_v.data_ptr(),
-                                       o32.data_ptr(), lse.data_ptr(), batch_size, h, group, nsw,
-                                       rv_head_stride, stream)
+                                       o32.data_ptr(), lse.data_ptr(), batch_size, h, group,
+                                       num_splits, rv_head_stride, stream)
     if out is not None:
         out.copy_(o32)
         return out, lse

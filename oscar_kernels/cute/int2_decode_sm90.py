@@ -58,8 +58,12 @@ from cutlass import Float32, Int32, Int64
 
 #: Warps per CTA; every warp is an independent KV split.
 NUM_WARPS = 4
-#: Largest GQA ratio: the QK MMA has 16 rows, 8 of them used.
+#: Launch bound: registers are capped so this many CTAs fit on an SM (<= 128 registers).
+MIN_CTAS_PER_SM = 4
+#: Largest GQA ratio (query heads per KV head): 8 score columns per MMA.
 MAX_GROUP = 8
+#: Thread groups of the merge kernel (each sums every MERGE_PARTS-th split).
+MERGE_PARTS = 4
 #: Tokens per chunk (two 8-token QK N tiles = one 16-token PV K step).
 CHUNK = 16
 #: Depth of each warp's cp.async ring (chunks in flight per warp), per head_dim.
@@ -273,6 +277,8 @@ class Int2PagedDecodeSm90:
         self.row_bytes = d // 4        # code bytes per token and head
         self.stage_bytes = 2 * CHUNK * self.row_bytes + 2 * CHUNK * 4
         self.stages = STAGES[d]
+        self.combine_bytes = (MAX_GROUP + MAX_GROUP * d) * 4   # per warp: lse2[8], o[8][d]
+        assert NUM_WARPS * self.combine_bytes <= NUM_WARPS * self.stages * self.stage_bytes
 
     # ---------------------------------------------------------- channel maps
     def qk_channel(self, s: int, half: int, j: int, quad):
@@ -299,7 +305,10 @@ class Int2PagedDecodeSm90:
                     page_size, stride_page, stride_slot, stride_head, sink, recent, num_splits,
                     scale_log2).launch(grid=(num_splits, num_kv_heads, batch_size),
                                        block=(32 * NUM_WARPS, 1, 1), stream=stream,
-                                       smem=NUM_WARPS * self.stages * self.stage_bytes)
+                                       smem=NUM_WARPS * self.stages * self.stage_bytes,
+                                       max_number_threads=[32 * NUM_WARPS, 1, 1],
+                                       min_blocks_per_mp=MIN_CTAS_PER_SM,
+                                       preferred_smem_carveout=100)
 
     # ---------------------------------------------------------- the kernel
     @cute.kernel
@@ -451,7 +460,11 @@ class Int2PagedDecodeSm90:
             self._chunk(qa, qh, kf0, kf1, va, None, None, None, None, valid, acc, st,
                         scale_log2, quad, tsel, src0, False)
 
-        # ---- finalize this warp's split: reduce l, correction, sum p~ over the 8 token lanes
+        # ---- finalize this warp's split: reduce l, correction, sum p~ over the 8 token lanes,
+        # stage (lse2, normalized o) per warp in shared memory (the ring is free now)
+        cute.arch.sync_threads()
+        cbase = smem_warp - warp * (self.stages * self.stage_bytes)
+        wbase = cbase + warp * self.combine_bytes
         for j in cutlass.range_constexpr(2):
             head = 2 * quad + j
             m_run = st[j]
@@ -463,17 +476,38 @@ class Int2PagedDecodeSm90:
             if l_run > Float32(0.0):
                 lse2 = m_run + _lg2(l_run)
                 inv_j = _rcp(l_run)
-            if head < group:
-                if g == 0:
-                    hrow = Int64(b) * Int64(num_qo_heads) + Int64(h * group + head)
-                    _stg_f32(lse_ptr + ((hrow * nsw) + Int64(wsplit)) * 4, lse2)
-                orow = (Int64(b) * Int64(num_qo_heads) + Int64(h * group + head)) * nsw + wsplit
-                for mt in cutlass.range_constexpr(self.mtiles):
-                    inv_m = 1.0 / QUARTER_MULT[mt % 4]
-                    for rh in cutlass.range_constexpr(2):
-                        ch = self.pv_channel(mt, rh, g)
-                        val = ((acc[4 * mt + 2 * rh + j] + off_j) * inv_m + corr_j) * inv_j
-                        _stg_f32(opart_ptr + (orow * d + Int64(ch)) * 4, val)
+            if g == 0:
+                _sts_f32(wbase + head * 4, lse2)
+            for mt in cutlass.range_constexpr(self.mtiles):
+                inv_m = 1.0 / QUARTER_MULT[mt % 4]
+                for rh in cutlass.range_constexpr(2):
+                    ch = self.pv_channel(mt, rh, g)
+                    val = ((acc[4 * mt + 2 * rh + j] + off_j) * inv_m + corr_j) * inv_j
+                    _sts_f32(wbase + (MAX_GROUP + head * d + ch) * 4, val)
+        cute.arch.sync_threads()
+        # ---- combine the CTA's warps: one partial (lse2, o) per (sequence, head, split)
+        for e in cutlass.range(tidx, group * d, 32 * NUM_WARPS):
+            head = e // d
+            ch = e - head * d
+            mx = Float32(NEG_INF)
+            for w in cutlass.range_constexpr(NUM_WARPS):
+                mx = _fmax(mx, _lds_f32(cbase + w * self.combine_bytes + head * 4))
+            tot = Float32(0.0)
+            val = Float32(0.0)
+            if mx > Float32(NEG_INF):
+                for w in cutlass.range_constexpr(NUM_WARPS):
+                    ww = _ex2(_lds_f32(cbase + w * self.combine_bytes + head * 4) - mx)
+                    tot = tot + ww
+                    val = val + ww * _lds_f32(cbase + w * self.combine_bytes
+                                              + (MAX_GROUP + head * d + ch) * 4)
+                val = val * _rcp(tot)
+            hrow = (Int64(b) * Int64(num_qo_heads) + Int64(h * group + head)) * num_splits + split
+            _stg_f32(opart_ptr + (hrow * d + Int64(ch)) * 4, val)
+            if ch == 0:
+                lse2 = Float32(NEG_INF)
+                if tot > Float32(0.0):
+                    lse2 = mx + _lg2(tot)
+                _stg_f32(lse_ptr + hrow * 4, lse2)
 
     # ------------------------------------------------------------- helpers
     @cute.jit
@@ -721,74 +755,110 @@ class Int2PagedDecodeSm90:
 
 
 class Int2DecodeMergeSm90:
-    """Merge the per-warp splits of :class:`Int2PagedDecodeSm90` and un-rotate: one CTA per
-    (sequence, KV head), ``head_dim`` threads (thread ``d`` owns channel ``d``).
+    """Merge the splits of :class:`Int2PagedDecodeSm90` and un-rotate: one CTA per
+    (sequence, query head), ``MERGE_PARTS * head_dim`` threads (part ``p``, channel ``d``).
 
     ``o[b, g, e] = sum_d (sum_s w_s o_part[b, g, s, d] / sum_s w_s) * R_V[h, e, d]`` with
     ``w_s = 2^(lse2_s - max lse2)``; ``lse = ln 2 * (max lse2 + log2 sum_s w_s)``
-    (``-inf`` and ``o = 0`` for a sequence without tokens). Output float32.
+    (``-inf`` and ``o = 0`` for a sequence without tokens). Output float32. Requires
+    ``num_splits <= MERGE_PARTS * head_dim``.
     """
 
     def __init__(self, config: Int2DecodeConfig):
         self.d = config.head_dim
+        self.threads = MERGE_PARTS * self.d
 
     @cute.jit
     def __call__(self, opart_ptr: Int64, lse_part_ptr: Int64, rv_ptr: Int64, o_ptr: Int64,
                  lse_ptr: Int64, batch_size: Int32, num_kv_heads: Int32, group: Int32,
-                 nsw: Int32, rv_head_stride: Int32, stream: cuda.CUstream):
-        self.kernel(opart_ptr, lse_part_ptr, rv_ptr, o_ptr, lse_ptr, num_kv_heads, group, nsw,
-                    rv_head_stride).launch(grid=(num_kv_heads, batch_size, 1),
-                                           block=(self.d, 1, 1), stream=stream,
-                                           smem=MAX_GROUP * self.d * 4)
+                 num_splits: Int32, rv_head_stride: Int32, stream: cuda.CUstream):
+        self.kernel(opart_ptr, lse_part_ptr, rv_ptr, o_ptr, lse_ptr, group, num_splits,
+                    rv_head_stride).launch(grid=(num_kv_heads * group, batch_size, 1),
+                                           block=(self.threads, 1, 1), stream=stream,
+                                           smem=(2 * self.threads + 64) * 4)
 
     @cute.kernel
     def kernel(self, opart_ptr: Int64, lse_part_ptr: Int64, rv_ptr: Int64, o_ptr: Int64,
-               lse_ptr: Int64, num_kv_heads: Int32, group: Int32, nsw: Int32,
-               rv_head_stride: Int32):
+               lse_ptr: Int64, group: Int32, num_splits: Int32, rv_head_stride: Int32):
         d = self.d
-        h, b, _ = cute.arch.block_idx()
+        nthreads = self.threads
+        nwarps = nthreads // 32
+        qh, b, _ = cute.arch.block_idx()
+        num_qo_heads = cute.arch.grid_dim()[0]
         t, _, _ = cute.arch.thread_idx()
+        lane = t % 32
+        warp = t // 32
+        part = t // d
+        ch = t - part * d
+        h = qh // group
         sm = cute.arch.get_dyn_smem(cutlass.Int8, alignment=16).toint()
-        num_qo_heads = num_kv_heads * group
-        for gi in cutlass.range(0, group, 1):
-            row = Int64(b) * Int64(num_qo_heads) + Int64(h * group + gi)
-            lrow = lse_part_ptr + row * Int64(nsw) * 4
-            mx = Float32(NEG_INF)
-            for sidx in cutlass.range(0, nsw, 1):
-                mx = _fmax(mx, _ldg_f32(lrow + Int64(sidx) * 4))
-            tot = Float32(0.0)
-            acc = Float32(0.0)
-            if mx > Float32(NEG_INF):
-                orow = opart_ptr + (row * Int64(nsw) * d + Int64(t)) * 4
-                for sidx in cutlass.range(0, nsw, 1):
-                    w = _ex2(_ldg_f32(lrow + Int64(sidx) * 4) - mx)
-                    tot = tot + w
-                    acc = acc + w * _ldg_f32(orow + Int64(sidx) * (d * 4))
-            val = Float32(0.0)
+        s_w = sm                          # [nthreads] split weights
+        s_red = sm + nthreads * 4         # [nthreads] partial sums
+        s_warp = sm + 2 * nthreads * 4    # [nwarps] warp maxima, then sums
+        row = Int64(b) * Int64(num_qo_heads) + Int64(qh)
+        # lse2 of split t, block max
+        l_t = Float32(NEG_INF)
+        if t < num_splits:
+            l_t = _ldg_f32(lse_part_ptr + (row * num_splits + Int64(t)) * 4)
+        mx = l_t
+        for k in cutlass.range_constexpr(5):
+            mx = _fmax(mx, _shfl_bfly(mx, 1 << k))
+        if lane == 0:
+            _sts_f32(s_warp + warp * 4, mx)
+        cute.arch.sync_threads()
+        mx = Float32(NEG_INF)
+        for w in cutlass.range_constexpr(nwarps):
+            mx = _fmax(mx, _lds_f32(s_warp + w * 4))
+        m_use = _sel_f32(Int32(cutlass.select_(mx == Float32(NEG_INF), 0, 1)), mx, Float32(0.0))
+        w_t = _ex2(l_t - m_use)
+        _sts_f32(s_w + t * 4, w_t)
+        tot = w_t
+        for k in cutlass.range_constexpr(5):
+            tot = tot + _shfl_bfly(tot, 1 << k)
+        cute.arch.sync_threads()
+        if lane == 0:
+            _sts_f32(s_warp + warp * 4, tot)
+        # sum_s w_s o_part[s][ch] over the splits s = part (mod MERGE_PARTS)
+        acc = Float32(0.0)
+        obase = opart_ptr + (row * num_splits * d + Int64(ch)) * 4
+        for sidx in cutlass.range(part, num_splits, MERGE_PARTS, unroll=4):
+            acc = acc + _lds_f32(s_w + sidx * 4) * _ldg_f32(obase + Int64(sidx) * (d * 4))
+        _sts_f32(s_red + t * 4, acc)
+        cute.arch.sync_threads()
+        tot = Float32(0.0)
+        for w in cutlass.range_constexpr(nwarps):
+            tot = tot + _lds_f32(s_warp + w * 4)
+        inv = Float32(0.0)
+        if tot > Float32(0.0):
+            inv = _rcp(tot)
+        if part == 0:
+            o = Float32(0.0)
+            for pp in cutlass.range_constexpr(MERGE_PARTS):
+                o = o + _lds_f32(s_red + (pp * d + ch) * 4)
+            _sts_f32(s_w + ch * 4, o * inv)      # o_rot[ch] (split weights are consumed)
+        if t == 0:
             lse = Float32(NEG_INF)
             if tot > Float32(0.0):
-                val = acc * _rcp(tot)
                 lse = (mx + _lg2(tot)) * Float32(math.log(2.0))
-            _sts_f32(sm + (gi * d + t) * 4, val)
-            if t == 0:
-                _stg_f32(lse_ptr + row * 4, lse)
+            _stg_f32(lse_ptr + row * 4, lse)
         cute.arch.sync_threads()
-        # o[g, e] = sum_d o_rot[g, d] * R_V[h, e, d]   (thread t = e)
-        res = cute.make_rmem_tensor((MAX_GROUP,), Float32)
-        for gi in cutlass.range_constexpr(MAX_GROUP):
-            res[gi] = Float32(0.0)
-        rrow = rv_ptr + (Int64(h) * Int64(rv_head_stride) + Int64(t) * d) * 4
-        for dd in cutlass.range(0, d, 4):
-            r0, r1, r2, r3 = _ldg_v4f(rrow + Int64(dd) * 4)
-            for gi in cutlass.range_constexpr(MAX_GROUP):
-                if gi < group:
-                    o4 = sm + (gi * d + dd) * 4
-                    res[gi] = (res[gi] + r0 * _lds_f32(o4) + r1 * _lds_f32(o4 + 4)
-                               + r2 * _lds_f32(o4 + 8) + r3 * _lds_f32(o4 + 12))
-        for gi in cutlass.range_constexpr(MAX_GROUP):
-            if gi < group:
-                row = Int64(b) * Int64(num_qo_heads) + Int64(h * group + gi)
-                _stg_f32(o_ptr + (row * d + Int64(t)) * 4, res[gi])
+        # o[e] = sum_d o_rot[d] R_V[h, e, d]: thread (part, e) sums its quarter of d
+        e = ch
+        dq = d // MERGE_PARTS
+        rrow = rv_ptr + (Int64(h) * Int64(rv_head_stride) + Int64(e) * d + Int64(part * dq)) * 4
+        acc2 = Float32(0.0)
+        for dd in cutlass.range_constexpr(0, dq, 4):
+            r0, r1, r2, r3 = _ldg_v4f(rrow + dd * 4)
+            o4 = s_w + (part * dq + dd) * 4
+            acc2 = (acc2 + r0 * _lds_f32(o4) + r1 * _lds_f32(o4 + 4) + r2 * _lds_f32(o4 + 8)
+                    + r3 * _lds_f32(o4 + 12))
+        _sts_f32(s_red + t * 4, acc2)
+        cute.arch.sync_threads()
+        if part == 0:
+            o = Float32(0.0)
+            for pp in cutlass.range_constexpr(MERGE_PARTS):
+                o = o + _lds_f32(s_red + (pp * d + e) * 4)
+            _stg_f32(o_ptr + (row * d + Int64(e)) * 4, o)
 
 
 def _ldg_f32(addr):

@@ -68,8 +68,8 @@ def test_mode_can_be_forced(monkeypatch):
     assert _bundle.mode() == "jit"
 
 
-@pytest.mark.parametrize("batch_size,num_kv_heads,want", [(1, 8, 50), (1, 1, 128), (128, 8, 1),
-                                                          (8, 8, 7)])
+@pytest.mark.parametrize("batch_size,num_kv_heads,want", [(1, 8, 66), (1, 1, 128), (128, 8, 1),
+                                                          (8, 8, 9)])
 def test_num_splits_depends_on_shapes_only(batch_size, num_kv_heads, want):
     assert cute.num_splits_for(batch_size, num_kv_heads, 132) == want
 
