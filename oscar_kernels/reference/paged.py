@@ -193,8 +193,8 @@ def paged_decode(q: torch.Tensor, cache, kv_indptr: torch.Tensor, kv_indices: to
             continue
         k_int2, v_int2, k_full, v_full = _sequence_kv(cache, b, length, kv_indices, kv_indptr,
                                                       window_slots)
-        o_b, lse_b = window_rule_attention(q_rot[b:b + 1], torch.tensor([length - 1]),
-                                           k_int2, v_int2, k_full, v_full,
+        t_query = torch.tensor([length - 1], device=q.device)
+        o_b, lse_b = window_rule_attention(q_rot[b:b + 1], t_query, k_int2, v_int2, k_full, v_full,
                                            spec.sink_size, spec.recent_size, sm_scale)
         out[b] = o_b[0]
         lse[b] = lse_b[0]
