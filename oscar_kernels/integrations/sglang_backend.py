@@ -263,9 +263,16 @@ class OscarInt2AttnBackend(AttentionBackend):
             w.plan(kv_indptr, kv_indices, last, self.num_qo_heads, h, spec.head_dim,
                    spec.page_size, window_slots=slots, spec=None)
             meta["wrapper"] = w
-            meta["batch_indices"] = torch.arange(len(lens_cpu), dtype=torch.int32,
-                                                 device=self.device)
-            meta["positions"] = (fb.seq_lens.to(self.device) - 1).to(torch.int32)
+            bs = len(lens_cpu)
+            positions = (lens_cpu - 1).clamp(min=0).to(torch.int32)
+            if wrapper is not None:  # graph mode: the captured append reads these buffers
+                gb = self.graph_buffers
+                gb["positions"][:bs].copy_(positions, non_blocking=True)
+                meta["batch_indices"] = gb["batch_indices"][:bs]
+                meta["positions"] = gb["positions"][:bs]
+            else:
+                meta["batch_indices"] = torch.arange(bs, dtype=torch.int32, device=self.device)
+                meta["positions"] = positions.to(self.device)
         else:
             ext = fb.extend_seq_lens_cpu
             pre = fb.extend_prefix_lens_cpu
@@ -309,6 +316,8 @@ class OscarInt2AttnBackend(AttentionBackend):
             "indices": torch.zeros(max_bs * max_pages, dtype=torch.int32, device=self.device),
             "last": torch.ones(max_bs, dtype=torch.int32, device=self.device),
             "slots": torch.zeros(max_bs, dtype=torch.int32, device=self.device),
+            "positions": torch.zeros(max_bs, dtype=torch.int32, device=self.device),
+            "batch_indices": torch.arange(max_bs, dtype=torch.int32, device=self.device),
         }
         self.pool.ensure_window_slots(self.num_rows + max_bs)
         self.spare_slots = max_bs

@@ -271,6 +271,43 @@ def test_backend_extend_decode_equal_ops(hooks_applied, gen):
                            hz.pool.layer_cache(li).k_codes[1:sum(lens) + 7])
 
 
+def test_backend_graph_mode_planning_equals_eager(hooks_applied, gen):
+    """The CUDA-graph hooks on the CPU (no graph is captured here): decode planned by
+    init_forward_metadata_out_graph into the persistent buffers of init_cuda_graph_state
+    (padded batch: a repeated padding row gets a spare window slot) gives the eager
+    results, and the run reads the persistent buffers."""
+    outs = []
+    for graph in (False, True):
+        g = torch.Generator().manual_seed(5)
+        hz = _Harness(g)
+        rows = [hz.new_row(), hz.new_row()]
+        for r in rows:
+            hz.rtp.req_to_token[r, :81] = hz.slots(81)
+        hz.forward(hz.batch("EXTEND", rows, [80, 80], [0, 0], [80, 80]), _qkv(g, 160))
+        dec = _qkv(g, 4)
+        if graph:
+            hz.backend.init_cuda_graph_state(4, 4)
+            # bs padded to 4 with SGLang's padding row 0 (twice: the repeat gets a spare slot)
+            fb = hz.batch("DECODE", rows + [0, 0], [81, 81, 1, 1])
+            hz.backend.init_forward_metadata_out_graph(fb, in_capture=True)
+            hz.backend.init_forward_metadata_in_graph(fb)
+            meta = hz.backend.forward_metadata
+            assert meta["positions"].data_ptr() == hz.backend.graph_buffers["positions"].data_ptr()
+            plan = meta["wrapper"]._plan
+            assert plan["indptr"].data_ptr() == hz.backend.graph_buffers["indptr"].data_ptr()
+            assert sorted(plan["window_slots"].tolist())[-1] >= hz.backend.num_rows
+            got = []
+            for layer, (q, k, v) in zip(hz.layers, dec):
+                got.append(hz.backend.forward(q.reshape(4, -1), k.reshape(4, -1),
+                                              v.reshape(4, -1), layer, fb).reshape(-1, HQ, D))
+            outs.append([o[:2] for o in got])
+        else:
+            outs.append(hz.forward(hz.batch("DECODE", rows, [81, 81]),
+                                   [tuple(t[:2] for t in x) for x in dec]))
+    for a, b in zip(*outs):
+        assert torch.equal(a, b)
+
+
 def test_backend_prefix_hit_equals_independent_requests(hooks_applied, gen):
     """Two requests sharing a cached 1,000-token prefix give the same attention outputs as
     independent requests. Request A writes the prefix; B arrives with the same first tokens
