@@ -44,16 +44,29 @@ PRESETS = {
 
 
 def parse_triton_configs(text: str):
-    """``"64x4x2@528,128x8x2"`` → DecodeConfig(block_n, num_warps, num_stages, target)."""
+    """``"128x4x2,128x4x2:r168:t792:slow"`` → DecodeConfig list.
+
+    ``BNxWARPSxSTAGES`` then optional ``:rN`` (maxnreg), ``:tN`` (target programs),
+    ``:sN`` (fixed split count), ``:slow`` (element-wise unpack instead of the PTX one).
+    """
     from oscar_kernels.triton_ref.paged_decode import DecodeConfig
 
     out = []
     for item in filter(None, text.split(",")):
-        body, _, target = item.partition("@")
+        body, *opts = item.replace("@", ":t").split(":")
         bn, nw, ns = (int(x) for x in body.split("x"))
         kw = dict(block_n=bn, num_warps=nw, num_stages=ns)
-        if target:
-            kw["target_programs"] = int(target)
+        for o in opts:
+            if o == "slow":
+                kw["fast_unpack"] = False
+            elif o[0] == "r":
+                kw["maxnreg"] = int(o[1:])
+            elif o[0] == "t":
+                kw["target_programs"] = int(o[1:])
+            elif o[0] == "s":
+                kw["num_splits"] = int(o[1:])
+            else:
+                raise ValueError(f"--triton-configs: unknown option {o!r} in {item!r}")
         out.append((item, DecodeConfig(**kw)))
     return out
 
@@ -120,6 +133,30 @@ def run_flashinfer(preset, batch, ctx, page_size, args):
     wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=True)
     wrapper.plan(indptr, indices, last, hq, h, d, page_size, q_data_type=torch.bfloat16,
                  kv_data_type=torch.bfloat16)
+    res = time_cuda(lambda: wrapper.run(q, (kp, vp), out=out), warmup=args.warmup, rep=args.rep)
+    del kp, vp, ws
+    return res
+
+
+def run_flashinfer_fp8(preset, batch, ctx, page_size, args):
+    """FlashInfer decode over an FP8 (e4m3) paged KV cache (tensor-core path), no scales."""
+    import flashinfer
+
+    h, d, hq = preset["num_kv_heads"], preset["head_dim"], preset["num_qo_heads"]
+    pages_per = math.ceil(ctx / page_size)
+    num_pages = batch * pages_per
+    g = torch.Generator(device="cuda").manual_seed(1)
+    kp = torch.randn(num_pages, page_size, h, d, device="cuda", generator=g).to(torch.float8_e4m3fn)
+    vp = torch.randn(num_pages, page_size, h, d, device="cuda", generator=g).to(torch.float8_e4m3fn)
+    indptr = (torch.arange(batch + 1, device="cuda", dtype=torch.int32) * pages_per)
+    indices = torch.randperm(num_pages, device="cuda", generator=g).to(torch.int32)
+    last = torch.full((batch,), ctx - (pages_per - 1) * page_size, dtype=torch.int32, device="cuda")
+    q = torch.randn(batch, hq, d, device="cuda", generator=g).to(torch.bfloat16)
+    out = torch.empty_like(q)
+    ws = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=True)
+    wrapper.plan(indptr, indices, last, hq, h, d, page_size, q_data_type=torch.bfloat16,
+                 kv_data_type=torch.float8_e4m3fn)
     res = time_cuda(lambda: wrapper.run(q, (kp, vp), out=out), warmup=args.warmup, rep=args.rep)
     del kp, vp, ws
     return res
@@ -231,6 +268,15 @@ def main(argv=None) -> int:
                             row["fi_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
                             errors.append(row["fi_error"])
                         torch.cuda.empty_cache()
+                    if "flashinfer_fp8" in baselines:
+                        try:
+                            r = run_flashinfer_fp8(preset, batch, ctx, args.page_size, args)
+                            row["fi8_ms"] = r["median_ms"]
+                            row["fi8_TBps"] = tbps((row["bf16_bytes"] + 4 * batch * math.ceil(ctx / args.page_size)) / 2, r["median_ms"])
+                        except Exception as exc:  # noqa: BLE001
+                            row["fi8_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                            errors.append(row["fi8_error"])
+                        torch.cuda.empty_cache()
                     if "sdpa" in baselines:
                         try:
                             r = run_sdpa(preset, batch, ctx, args)
@@ -243,7 +289,7 @@ def main(argv=None) -> int:
                     for k in ("triton", "cute"):
                         if row.get(f"{k}_ms"):
                             row[f"{k}_pct_ceiling"] = 100 * row[f"{k}_TBps"] / bw["read_TBps"]
-                            for base in ("fi", "sdpa"):
+                            for base in ("fi", "sdpa", "fi8"):
                                 if row.get(f"{base}_ms"):
                                     row[f"{k}_vs_{base}"] = row[f"{base}_ms"] / row[f"{k}_ms"]
                 except Exception as exc:  # noqa: BLE001 - keep what was measured
@@ -264,7 +310,9 @@ def main(argv=None) -> int:
             ("fi_ms", "FlashInfer BF16 ms", ".4f"), ("fi_TBps", "FI TB/s", ".2f"),
             ("sdpa_ms", "SDPA BF16 ms", ".4f"), ("triton_vs_fi", "Triton vs FI", ".2f"),
             ("triton_vs_sdpa", "Triton vs SDPA", ".2f"), ("cute_vs_fi", "CuTe vs FI", ".2f"),
-            ("triton_config", "Triton config", "")]
+            ("triton_config", "Triton config", ""),
+            ("cute_TBps", "CuTe TB/s", ".2f"), ("cute_pct_ceiling", "CuTe % ceiling", ".0f"),
+            ("fi8_ms", "FlashInfer FP8 ms", ".4f"), ("cute_vs_fi8", "CuTe vs FI FP8", ".2f")]
     table_rows = [dict(r, int2_bytes=round(r["int2_bytes"] / 1e6, 1) if "int2_bytes" in r else None,
                        bf16_bytes=round(r["bf16_bytes"] / 1e6, 1) if "bf16_bytes" in r else None)
                   for r in rows]

@@ -64,6 +64,8 @@ MIN_CTAS_PER_SM = 4
 MAX_GROUP = 8
 #: Thread groups of the merge kernel (each sums every MERGE_PARTS-th split).
 MERGE_PARTS = 4
+#: Most splits per (sequence, KV head) the merge reads (= oscar_kernels.cute.MAX_SPLITS).
+MAX_SPLITS = 128
 #: Tokens per chunk (two 8-token QK N tiles = one 16-token PV K step).
 CHUNK = 16
 #: Depth of each warp's cp.async ring (chunks in flight per warp), per head_dim.
@@ -379,29 +381,35 @@ class Int2PagedDecodeSm90:
         for k in cutlass.range_constexpr(self.stages - 1):
             if k < n_mine:
                 self._issue(kc_ptr, kp_ptr, vc_ptr, vp_ptr, indices_ptr, p_begin, npages,
-                            page_size, stride_page, stride_slot, kbase_h, ia + w_begin + k,
+                            page_size, stride_page, stride_slot, kbase_h,
                             smem_warp + k * self.stage_bytes, lane, pt)
             _cp_commit()
 
-        # ---- query fragment (A operand of QK): rows g < group, permuted channels, / m_i
-        qrow = Int64(b) * Int64(num_qo_heads) + Int64(h * group + g)
+        # ---- query fragment (B operand of S^T): head g (rows >= group read head group-1 and
+        # are zeroed), permuted channels, / m_i. Branch-free 8-byte loads, all in flight.
+        gq = cutlass.min(g, group - 1)
+        qrow = Int64(b) * Int64(num_qo_heads) + Int64(h * group + gq)
+        qkeep = Float32(cutlass.select_(g < group, 1.0, 0.0))
         qa = cute.make_rmem_tensor((2 * self.ksteps,), Int32)
         qsum = Float32(0.0)
         qsum2 = Float32(0.0)
-        for s in cutlass.range_constexpr(self.ksteps):
-            for half in cutlass.range_constexpr(2):
-                c0 = self.qk_channel(s, half, 0, quad)
-                c1 = self.qk_channel(s, half, 1, quad)
-                lo = Int32(0)
-                hi = Int32(0)
-                if g < group:
-                    lo = _ldg_b16(q_ptr + (qrow * d + Int64(c0)) * 2)
-                    hi = _ldg_b16(q_ptr + (qrow * d + Int64(c1)) * 2)
-                f0, f1 = _bf16x2_to_f32(lo | (hi << 16))
-                inv_m = 1.0 / QUARTER_MULT[self.qk_quarter(s, half)]
-                qa[2 * s + half] = _pack_bf16x2(f0 * inv_m, f1 * inv_m)
-                qsum = qsum + f0 + f1
-                qsum2 = qsum2 + (f0 + f1) * inv_m
+        runs = []
+        for wi in cutlass.range_constexpr(self.nbk // 4):
+            for i in cutlass.range_constexpr(4):
+                ch = quad * self.nbk + 4 * wi + i * (d // 4)   # channels ch .. ch + 3
+                runs.append(list(_ldg_v2(q_ptr + (qrow * d + Int64(ch)) * 2)))
+        for wi in cutlass.range_constexpr(self.nbk // 4):
+            for i in cutlass.range_constexpr(4):
+                w01, w23 = runs[wi * 4 + i]
+                q0, q1 = _bf16x2_to_f32(w01)
+                q2, q3 = _bf16x2_to_f32(w23)
+                qe = [q0 * qkeep, q1 * qkeep, q2 * qkeep, q3 * qkeep]
+                inv_m = 1.0 / QUARTER_MULT[i]
+                for hh in cutlass.range_constexpr(2):
+                    # r = 8 wi + 2 i + hh holds channels (ch + hh, ch + hh + 2)
+                    qa[wi * 8 + i * 2 + hh] = _pack_bf16x2(qe[hh] * inv_m, qe[hh + 2] * inv_m)
+                qsum = qsum + ((qe[0] + qe[1]) + (qe[2] + qe[3]))
+                qsum2 = qsum2 + ((qe[0] + qe[1]) + (qe[2] + qe[3])) * inv_m
         qsum = qsum + _shfl_bfly(qsum, 1)
         qsum = qsum + _shfl_bfly(qsum, 2)
         qsum2 = qsum2 + _shfl_bfly(qsum2, 1)
@@ -431,7 +439,7 @@ class Int2PagedDecodeSm90:
             j = i + self.stages - 1
             if j < n_mine:
                 self._issue(kc_ptr, kp_ptr, vc_ptr, vp_ptr, indices_ptr, p_begin, npages,
-                            page_size, stride_page, stride_slot, kbase_h, ia + w_begin + j,
+                            page_size, stride_page, stride_slot, kbase_h,
                             smem_warp + (j % self.stages) * self.stage_bytes, lane, pt)
             _cp_commit()
             _cp_wait(self.stages - 1)
@@ -511,12 +519,25 @@ class Int2PagedDecodeSm90:
 
     # ------------------------------------------------------------- helpers
     @cute.jit
-    def _rescale(self, acc, al0, al1, changed):
-        """O^T *= alpha of each column's head, only when some running max moved (lazy)."""
-        if changed:
+    def _max_and_rescale(self, st, loc0, loc1, acc, moved):
+        """Running max per head column, updated only when some lane's scores exceed it
+        (warp-uniform ``moved``); then l, the corrections and O^T are rescaled (lazy)."""
+        if moved:
+            al = cute.make_rmem_tensor((2,), Float32)
+            for j in cutlass.range_constexpr(2):
+                m_old = st[j]
+                m_new = _fmax(m_old, self._col_max(loc0 if j == 0 else loc1))
+                m_use = _sel_f32(Int32(cutlass.select_(m_new == Float32(NEG_INF), 0, 1)),
+                                 m_new, Float32(0.0))
+                a = _ex2(m_old - m_use)
+                al[j] = a
+                st[j] = m_new
+                st[2 + j] = st[2 + j] * a
+                st[4 + j] = st[4 + j] * a
+                st[6 + j] = st[6 + j] * a
             for i in cutlass.range_constexpr(2 * self.mtiles):
-                acc[2 * i] = acc[2 * i] * al0
-                acc[2 * i + 1] = acc[2 * i + 1] * al1
+                acc[2 * i] = acc[2 * i] * al[0]
+                acc[2 * i + 1] = acc[2 * i + 1] * al[1]
 
     def _col_sum(self, x):
         """Sum over the 8 lanes of one quad position (lanes q, q+4, ..., q+28)."""
@@ -531,10 +552,11 @@ class Int2PagedDecodeSm90:
 
     @cute.jit
     def _issue(self, kc_ptr, kp_ptr, vc_ptr, vp_ptr, indices_ptr, p_begin, npages, page_size,
-               stride_page, stride_slot, kbase_h, chunk, sdst, lane, pt):
-        """cp.async one 16-token chunk (K/V codes + scale/zero pairs) into a ring stage.
+               stride_page, stride_slot, kbase_h, sdst, lane, pt):
+        """cp.async the next 16-token chunk (K/V codes + scale/zero pairs) into a ring stage.
 
-        Chunks are issued in order; ``pt[3]``/``pt[4]`` track the page number and slot."""
+        Chunks are issued in order; ``pt[3]``/``pt[4]`` track its page number and slot,
+        ``pt[0..2]`` the page-table block held in registers (one page id per lane)."""
         pn = pt[3]
         slot0 = pt[4]
         nslot = slot0 + CHUNK
@@ -553,7 +575,7 @@ class Int2PagedDecodeSm90:
         page = _shfl_idx(pt[1], pn - pt[0])
         prow = Int64(page) * Int64(stride_page) + kbase_h
         rb = self.row_bytes
-        if rb == 32:
+        if cutlass.const_expr(rb == 32):
             t = lane // 2
             piece = (lane % 2) * 16
             row = prow + Int64(slot0 + t) * Int64(stride_slot)
@@ -563,16 +585,12 @@ class Int2PagedDecodeSm90:
             t = lane % 16
             which = lane // 16
             row = prow + Int64(slot0 + t) * Int64(stride_slot)
-            src = kc_ptr + row * rb
-            if which == 1:
-                src = vc_ptr + row * rb
+            src = Int64(cutlass.select_(which == 1, vc_ptr, kc_ptr)) + row * rb
             _cp_async16(sdst + which * (CHUNK * rb) + t * rb, src)
         t4 = lane % 16
         which4 = lane // 16
         row4 = prow + Int64(slot0 + t4) * Int64(stride_slot)
-        psrc = kp_ptr + row4 * 4
-        if which4 == 1:
-            psrc = vp_ptr + row4 * 4
+        psrc = Int64(cutlass.select_(which4 == 1, vp_ptr, kp_ptr)) + row4 * 4
         _cp_async4(sdst + 2 * CHUNK * rb + which4 * (CHUNK * 4) + t4 * 4, psrc)
 
     def _int2_chunk(self, sbase, pos0, sink, int2_end, qa, qh, acc, st, scale_log2, quad, g,
@@ -705,24 +723,20 @@ class Int2PagedDecodeSm90:
                 else:
                     x = raw * scale_log2
                 sc.append(_sel_f32(valid[n], x, Float32(NEG_INF)))
-        alpha = []
-        pt = []      # bf16-rounded p~ (fp32) per (n, j)
+        pt = []      # p~ (fp32) per (j, n)
         packed = []  # per n: bf16x2 (head 2q, head 2q+1)
-        moved = Int32(0)
+        loc = [_fmax(sc[0], sc[2]), _fmax(sc[1], sc[3])]     # this lane's max per head
+        grew = (Int32(cutlass.select_(loc[0] > st[0], 1, 0))
+                | Int32(cutlass.select_(loc[1] > st[1], 1, 0)))
+        self._max_and_rescale(st, loc[0], loc[1], acc, cute.arch.vote_any_sync(grew != 0))
         for j in range(2):
-            mx = self._col_max(_fmax(sc[j], sc[2 + j]))
-            m_old = st[j]
-            m_new = _fmax(m_old, mx)
-            moved = moved | Int32(cutlass.select_(m_new > m_old, 1, 0))
-            m_use = _sel_f32(Int32(cutlass.select_(m_new == Float32(NEG_INF), 0, 1)), m_new,
+            m_use = _sel_f32(Int32(cutlass.select_(st[j] == Float32(NEG_INF), 0, 1)), st[j],
                              Float32(0.0))
-            alpha.append(_ex2(m_old - m_use))
-            st[j] = m_new
             p0 = _ex2(sc[j] - m_use)
             p1 = _ex2(sc[2 + j] - m_use)
-            st[2 + j] = st[2 + j] * alpha[j] + (p0 + p1)
+            st[2 + j] = st[2 + j] + (p0 + p1)
             if is_int2:
-                st[4 + j] = st[4 + j] * alpha[j] + (p0 * zv[0] + p1 * zv[1])
+                st[4 + j] = st[4 + j] + (p0 * zv[0] + p1 * zv[1])
                 pt.append([p0 * sv[0], p1 * sv[1]])
             else:
                 pt.append([p0, p1])
@@ -731,13 +745,8 @@ class Int2PagedDecodeSm90:
         if is_int2:
             e00, e01 = _bf16x2_to_f32(packed[0])   # n = 0: heads 2q, 2q+1
             e10, e11 = _bf16x2_to_f32(packed[1])
-            st[6] = st[6] * alpha[0] + (e00 + e10)
-            st[7] = st[7] * alpha[1] + (e01 + e11)
-        else:
-            st[4] = st[4] * alpha[0]
-            st[5] = st[5] * alpha[1]
-            st[6] = st[6] * alpha[0]
-            st[7] = st[7] * alpha[1]
+            st[6] = st[6] + (e00 + e10)
+            st[7] = st[7] + (e01 + e11)
         # P^T B fragment of lane (g, q): tokens 2q, 2q+1 (+8) of head g
         x0 = _shfl_idx(packed[0], src0)
         x1 = _shfl_idx(packed[0], src0 + 4)
@@ -745,7 +754,6 @@ class Int2PagedDecodeSm90:
         y1 = _shfl_idx(packed[1], src0 + 4)
         b0 = _prmt_r(x0, x1, tsel)
         b1 = _prmt_r(y0, y1, tsel)
-        self._rescale(acc, alpha[0], alpha[1], cute.arch.vote_any_sync(moved != 0))
         for mt in range(self.mtiles):
             c = [acc[4 * mt], acc[4 * mt + 1], acc[4 * mt + 2], acc[4 * mt + 3]]
             r = _mma(va[mt * 2], va[mt * 2 + 1], va[(self.mtiles + mt) * 2],
@@ -821,8 +829,12 @@ class Int2DecodeMergeSm90:
         # sum_s w_s o_part[s][ch] over the splits s = part (mod MERGE_PARTS)
         acc = Float32(0.0)
         obase = opart_ptr + (row * num_splits * d + Int64(ch)) * 4
-        for sidx in cutlass.range(part, num_splits, MERGE_PARTS, unroll=4):
-            acc = acc + _lds_f32(s_w + sidx * 4) * _ldg_f32(obase + Int64(sidx) * (d * 4))
+        vals = []
+        for k in cutlass.range_constexpr(MAX_SPLITS // MERGE_PARTS):
+            sidx = cutlass.min(part + k * MERGE_PARTS, num_splits - 1)   # w = 0 past the end
+            vals.append(_ldg_f32(obase + Int64(sidx) * (d * 4)))
+        for k in cutlass.range_constexpr(MAX_SPLITS // MERGE_PARTS):
+            acc = acc + _lds_f32(s_w + (part + k * MERGE_PARTS) * 4) * vals[k]
         _sts_f32(s_red + t * 4, acc)
         cute.arch.sync_threads()
         tot = Float32(0.0)
