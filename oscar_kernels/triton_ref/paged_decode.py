@@ -6,12 +6,14 @@ INT2 for the rest, output in the model's space.
 
 Two kernels:
 
-* ``_paged_decode_split_kernel``, grid ``(num_kv_heads, 1 + num_splits, batch_size)``.
+* ``_paged_decode_split_kernel``, grid ``(num_kv_heads, NWIN + num_splits, batch_size)``.
   One program owns one KV head of one sequence and *all* its ``GQA`` query heads (the
   query tile is ``[GP, D]``, ``GP = max(16, next_pow2(GQA))`` rows for ``tl.dot``), so
   every K/V byte is read once. It rotates its query rows itself (``q @ R_K[h]``, four
-  quarter-column IEEE dots, scaled by ``sm_scale · log2 e``). Split 0 reads the BF16
-  window slot (sink + ring, ``S + W`` rows, row validity from ``L``); splits ``1..`` take
+  quarter-column 3xTF32 dots, scaled by ``sm_scale · log2 e``). Splits ``0..NWIN-1``
+  read ``window_chunk`` rows each of the BF16 window slot (sink + ring, ``S + W`` rows,
+  row validity from ``L``; at batch 1 one program for all 320 rows was the critical
+  path: 83 µs at 8K context, bench1 of 2026-11-29); the other splits take
   equal ``BLOCK_N``-aligned slices of the INT2 range ``[S, L - W)``, reading
   ``[BLOCK_N, D/4]`` uint8 tiles through the page table (page id per token) and folding
   scale/zero in per token (see ``_blocks.py``). Each split writes its normalized partial
@@ -22,9 +24,9 @@ Two kernels:
   splits and the un-rotation ``o = o' @ R_V[h]^T`` (fp32), written in ``q``'s dtype into
   ``out``, plus the natural-log lse.
 
-Nothing dequantized is written to global memory; partials are ``B·H·(1+splits)·GQA·D``
-floats. The launcher never reads device memory on the host (CUDA-graph safe): the split
-count comes from ``batch_size``, ``num_kv_heads`` and ``len(kv_indices)`` only.
+Nothing dequantized is written to global memory; partials are ``B·H·parts·GQA·D`` floats
+(``parts = NWIN + splits``). The launcher never reads device memory on the host (CUDA-graph
+safe): the split count comes from ``batch_size``, ``num_kv_heads`` and ``len(kv_indices)``.
 
 Constraints: ``head_dim`` in {64, 128, 256}; ``group_size`` in {D, D/2, D/4}; GQA ratio
 <= 16 (else :class:`~oscar_kernels.errors.UnsupportedConfigError` from ``can_implement``).
@@ -51,22 +53,28 @@ class DecodeConfig:
     """Launch parameters of the decode kernels.
 
     ``num_splits=None`` picks ``ceil(target_programs / (batch · heads))`` INT2 splits,
-    capped so that a split averages at least ``min_split_tokens`` tokens.
+    capped so that a split averages at least ``min_split_tokens`` tokens. ``maxnreg``
+    caps registers per thread (168 lets three 4-warp programs share an SM; the kernel
+    otherwise takes ~243 and two fit), ``fast_unpack`` selects the PTX unpack.
     """
 
-    block_n: int = 64
+    block_n: int = 128
     block_w: int = 32
     num_warps: int = 4
     num_stages: int = 2
     num_splits: int | None = None
     target_programs: int = 528
     min_split_tokens: int = 256
+    window_chunk: int = 64
+    fast_unpack: bool = True
+    maxnreg: int | None = None
 
 
 def default_decode_config(device: torch.device) -> DecodeConfig:
     if interpret_mode(device):
         return DecodeConfig(block_n=32, block_w=32, num_warps=4, num_stages=1,
-                            target_programs=8, min_split_tokens=32)
+                            target_programs=8, min_split_tokens=32, window_chunk=32,
+                            fast_unpack=False)
     return DecodeConfig()
 
 
@@ -86,10 +94,11 @@ def _paged_decode_split_kernel(
     k_params, v_params, sp_page, sp_slot, sp_head,     # [.., NG, 2]
     k_win, v_win, sw_slot, sw_row, sw_head,            # [slots, S+W, H, D] bf16
     kv_indptr, kv_indices, kv_last, wslots,            # page table, window slots
-    part_o, part_lse, num_splits, qk_scale,            # [B, H, 1+splits, GQA, D], [.., GQA]
+    part_o, part_lse, num_splits, qk_scale,            # [B, H, NWIN+splits, GQA, D], [.., GQA]
     PAGE_SIZE: tl.constexpr, SINK: tl.constexpr, RECENT: tl.constexpr,
     D: tl.constexpr, GQA: tl.constexpr, GP: tl.constexpr, NG: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, DOT16: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, NWIN: tl.constexpr, WCHUNK: tl.constexpr,
+    DOT16: tl.constexpr, FAST_UNPACK: tl.constexpr,
 ):
     h = tl.program_id(0)
     sp = tl.program_id(1)
@@ -122,13 +131,14 @@ def _paged_decode_split_kernel(
     z2 = tl.zeros([GP], tl.float32)
     z3 = tl.zeros([GP], tl.float32)
 
-    if sp == 0:
-        # BF16 window slot: sink rows [0, min(S, L)), ring rows of positions [max(S, L-W), L)
+    if sp < NWIN:
+        # BF16 window rows [sp·WCHUNK, (sp+1)·WCHUNK) of the slot: sink rows [0, min(S, L)),
+        # ring rows of positions [max(S, L-W), L)
         wbase = tl.load(wslots + b).to(tl.int64) * sw_slot + h * sw_head
         rec_start = tl.maximum(seq_len - RECENT, SINK)
         num_recent = tl.maximum(seq_len - rec_start, 0)
-        for w0 in range(0, SINK + RECENT, BLOCK_W):
-            rows = w0 + tl.arange(0, BLOCK_W)
+        for w0 in range(0, WCHUNK, BLOCK_W):
+            rows = sp * WCHUNK + w0 + tl.arange(0, BLOCK_W)
             ok = (rows < SINK) & (rows < seq_len)
             if RECENT > 0:
                 ring = (rows - SINK - rec_start % RECENT + 2 * RECENT) % RECENT
@@ -155,7 +165,7 @@ def _paged_decode_split_kernel(
         lo = SINK
         hi = tl.maximum(seq_len - RECENT, SINK)
         chunk = tl.cdiv(tl.cdiv(hi - lo, num_splits), BLOCK_N) * BLOCK_N
-        start = lo + (sp - 1) * chunk
+        start = lo + (sp - NWIN) * chunk
         end = tl.minimum(start + chunk, hi)
         for n0 in range(start, end, BLOCK_N):
             offs = n0 + tl.arange(0, BLOCK_N)
@@ -168,12 +178,12 @@ def _paged_decode_split_kernel(
             m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3 = _int2_block(
                 qc0, qc1, qc2, qc3, qs0, qs1, qs2, qs3,
                 k_codes, v_codes, cbase, k_params, v_params, pbase, nmask, valid,
-                m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3, PD, NG, DOT16)
+                m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3, PD, NG, DOT16, FAST_UNPACK)
 
     nonempty = l_i > 0
     inv = tl.where(nonempty, 1.0 / tl.where(nonempty, l_i, 1.0), 0.0)
     lse = tl.where(nonempty, m_i + tl.log2(tl.where(nonempty, l_i, 1.0)), float("-inf"))
-    row = ((b * num_heads + h) * (num_splits + 1) + sp) * GQA + r               # [GP]
+    row = ((b * num_heads + h) * (num_splits + NWIN) + sp) * GQA + r            # [GP]
     j = tl.arange(0, PD)
     optr = part_o + row[:, None].to(tl.int64) * D + j[None, :]
     tl.store(optr, (a0 + z0[:, None]) * inv[:, None], mask=rmask[:, None])
@@ -274,7 +284,13 @@ def paged_decode_attention_triton(q: torch.Tensor, cache, kv_indptr: torch.Tenso
     gqa = num_qo_heads // h
     cfg = config or default_decode_config(q.device)
     splits = _num_splits(cfg, batch_size, h, kv_indices.shape[0] * spec.page_size)
-    parts = splits + 1
+    # window rows: several programs when few (sequence, head) pairs fill the GPU (batch 1:
+    # the window was the critical path), one per pair otherwise
+    wchunk = cfg.window_chunk
+    if batch_size * h * 4 >= cfg.target_programs:
+        wchunk = max(cfg.block_w, triton.cdiv(spec.window_size, cfg.block_w) * cfg.block_w)
+    nwin = max(1, triton.cdiv(spec.window_size, wchunk))
+    parts = splits + nwin
     if q.stride(-1) != 1:
         q = q.contiguous()
     rot_k = rot_k if rot_k.stride(-1) == 1 else rot_k.contiguous()
@@ -298,7 +314,9 @@ def paged_decode_attention_triton(q: torch.Tensor, cache, kv_indptr: torch.Tenso
         part_o, part_lse, splits, float(sm_scale) * LOG2E,
         PAGE_SIZE=spec.page_size, SINK=spec.sink_size, RECENT=spec.recent_size,
         D=d, GQA=gqa, GP=gp, NG=spec.num_groups, BLOCK_N=cfg.block_n, BLOCK_W=cfg.block_w,
-        DOT16=dot16, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        NWIN=nwin, WCHUNK=wchunk, DOT16=dot16, FAST_UNPACK=dot16 and cfg.fast_unpack,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        **({"maxnreg": cfg.maxnreg} if cfg.maxnreg and not interpret_mode(q.device) else {}),
     )
     gm = triton.next_power_of_2(gqa)
     block_s = max(1, min(triton.next_power_of_2(parts), 4096 // (gm * d)))

@@ -155,7 +155,7 @@ def _paged_extend_kernel(
             m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3 = _int2_block(
                 qc0, qc1, qc2, qc3, qs0, qs1, qs2, qs3,
                 k_codes, v_codes, cbase, k_params, v_params, pbase, ok, valid,
-                m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3, PD, NG, DOT16)
+                m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3, PD, NG, DOT16, DOT16)
 
         nonempty = l_i > 0
         inv = tl.where(nonempty, 1.0 / tl.where(nonempty, l_i, 1.0), 0.0)

@@ -19,6 +19,7 @@ import torch
 
 from helpers import rel_err
 from oscar_kernels import CacheSpec, ops
+from oscar_kernels.triton_ref.paged_decode import DecodeConfig, paged_decode_attention_triton
 from triton_cases import (bf16_decode_baseline, build_case, compare_codes, offsets, rot_heads,
                           used_pages)
 
@@ -67,6 +68,17 @@ def test_decode_gpu(d, h, gqa, ps, g, layout, sdt, lens):
     err, err_bf = rel_err(o, o_ref), rel_err(o_bf.to(torch.bfloat16), o_ref)
     assert err <= 2 * err_bf + 1e-4, (err, err_bf)
     assert float((lse - lse_ref).abs().max()) < 1e-2
+    # launch variants the benchmark sweeps: element-wise unpack, capped registers, small blocks
+    rkh, rvh = case["rot"].per_head(h)
+    for cfg in (DecodeConfig(fast_unpack=False), DecodeConfig(maxnreg=168),
+                DecodeConfig(block_n=64, num_stages=3, target_programs=792)):
+        out_v = torch.full_like(q, float("nan"))
+        o_v, lse_v = paged_decode_attention_triton(q, case["cache"], *tab, rkh, rvh,
+                                                   1.0 / d ** 0.5, out=out_v, config=cfg)
+        torch.cuda.synchronize()
+        assert not bool(out_v.isnan().any()), cfg
+        assert rel_err(o_v, o_ref) <= 2 * err_bf + 1e-4, (cfg, rel_err(o_v, o_ref), err_bf)
+        assert float((lse_v - lse_ref).abs().max()) < 1e-2, cfg
 
 
 APPEND_CASES = [
