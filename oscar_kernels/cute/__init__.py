@@ -84,6 +84,18 @@ def decode(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots, rot_
     the model's space (written into ``out`` when given), ``lse [batch_size, num_qo_heads]``
     float32 natural log. No host synchronization; every launch is graph-capturable.
     """
+    steps, result = decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len,
+                                 window_slots, rot_k, rot_v, sm_scale, out=out,
+                                 num_splits=num_splits)
+    for _, step in steps:
+        step()
+    return result()
+
+
+def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots, rot_k, rot_v,
+                 sm_scale, *, out=None, num_splits: int | None = None):
+    """The launches of :func:`decode` as ``[(name, fn)]`` over buffers allocated here, plus
+    a ``result()`` returning ``(o, lse)`` after they ran (used by the per-step benchmark)."""
     import torch
 
     spec = cache.spec
@@ -91,36 +103,52 @@ def decode(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots, rot_
     h = spec.num_kv_heads
     group = num_qo_heads // h
     dev = q.device
-    # q' = q @ R_K (per KV head), bf16 for the tensor cores
-    q_rot = torch.matmul(q.float().view(batch_size, h, group, d), rot_k)
-    q_rot = q_rot.to(torch.bfloat16).contiguous()
     if num_splits is None:
         num_splits = num_splits_for(batch_size, h, torch.cuda.get_device_properties(dev)
                                     .multi_processor_count)
+    q_rot = torch.empty(batch_size, h, group, d, dtype=torch.bfloat16, device=dev)
     o_part = torch.empty(batch_size, num_qo_heads, num_splits, d, dtype=torch.float32, device=dev)
     lse_part = torch.empty(batch_size, num_qo_heads, num_splits, dtype=torch.float32, device=dev)
+    o32 = torch.empty(batch_size, num_qo_heads, d, dtype=torch.float32, device=dev)
+    lse = torch.empty(batch_size, num_qo_heads, dtype=torch.float32, device=dev)
+    rot_v = rot_v if rot_v.stride(-1) == 1 and rot_v.stride(-2) == d else rot_v.contiguous()
+    rv_head_stride = 0 if rot_v.shape[0] == 1 or rot_v.stride(0) == 0 else rot_v.stride(0)
     sp, ss, sh = _row_strides(spec)
     ptrs = [q_rot, cache.k_codes, cache.k_params, cache.v_codes, cache.v_params, cache.k_window,
             cache.v_window, kv_indptr, kv_indices, kv_last_page_len, window_slots, o_part,
             lse_part]
     ints = [batch_size, h, group, spec.page_size, sp, ss, sh, spec.sink_size, spec.recent_size,
             num_splits]
-    stream = torch.cuda.current_stream(dev).cuda_stream
-    o32 = torch.empty(batch_size, num_qo_heads, d, dtype=torch.float32, device=dev)
-    lse = torch.empty(batch_size, num_qo_heads, dtype=torch.float32, device=dev)
-    rot_v = rot_v if rot_v.stride(-1) == 1 and rot_v.stride(-2) == d else rot_v.contiguous()
-    rv_head_stride = 0 if rot_v.shape[0] == 1 or rot_v.stride(0) == 0 else rot_v.stride(0)
-    with torch.cuda.device(dev):
-        _bundle.get_kernel("decode", d)(*[t.data_ptr() for t in ptrs], *ints,
-                                        float(sm_scale) * math.log2(math.e), stream)
-        # merge the per-warp splits (base-2 lse) and apply o @ R_V^T
-        _bundle.get_kernel("merge", d)(o_part.data_ptr(), lse_part.data_ptr(), rot_v.data_ptr(),
-                                       o32.data_ptr(), lse.data_ptr(), batch_size, h, group,
-                                       num_splits, rv_head_stride, stream)
+    scale_log2 = float(sm_scale) * math.log2(math.e)
+    decode_kernel = _bundle.get_kernel("decode", d)
+    merge_kernel = _bundle.get_kernel("merge", d)
+
+    def rotate_q():
+        # q' = q @ R_K (per KV head), bf16 for the tensor cores
+        q_rot.copy_(torch.matmul(q.float().view(batch_size, h, group, d), rot_k))
+
+    def run_decode():
+        with torch.cuda.device(dev):
+            decode_kernel(*[t.data_ptr() for t in ptrs], *ints, scale_log2,
+                          torch.cuda.current_stream(dev).cuda_stream)
+
+    def run_merge():
+        # merge the splits (base-2 lse) and apply o @ R_V^T
+        with torch.cuda.device(dev):
+            merge_kernel(o_part.data_ptr(), lse_part.data_ptr(), rot_v.data_ptr(), o32.data_ptr(),
+                         lse.data_ptr(), batch_size, h, group, num_splits, rv_head_stride,
+                         torch.cuda.current_stream(dev).cuda_stream)
+
+    steps = [("rotate_q", rotate_q), ("decode", run_decode), ("merge", run_merge)]
     if out is not None:
-        out.copy_(o32)
-        return out, lse
-    return (o32 if q.dtype == torch.float32 else o32.to(q.dtype)), lse
+        steps.append(("copy_out", lambda: out.copy_(o32)))
+
+        def result():
+            return out, lse
+    else:
+        def result():
+            return (o32 if q.dtype == torch.float32 else o32.to(q.dtype)), lse
+    return steps, result
 
 
 def append(*_args, **_kwargs):

@@ -65,6 +65,9 @@ def main(argv=None) -> int:
     ap.add_argument("--max-bytes", type=float, default=40e9)
     ap.add_argument("--rep", type=int, default=30)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--breakdown", action="store_true",
+                    help="time each launch of the CuTe decode separately (and --splits sweep)")
+    ap.add_argument("--splits", type=int, nargs="*", default=[])
     a = ap.parse_args(argv)
     sys.path.insert(0, os.getcwd())
     from perf.harness import env_header, measure_read_bandwidth, time_cuda, tbps
@@ -86,6 +89,24 @@ def main(argv=None) -> int:
             nbytes = bytes_moved(spec, b, n, hq)
             row = {"model": a.model, "batch": b, "context": n, "page_size": a.page_size,
                    "bytes": nbytes}
+            if a.breakdown:
+                from oscar_kernels import cute
+
+                rk, rv = rot.per_head(h)
+                for ns in [None] + a.splits:
+                    out = torch.empty_like(q)
+                    steps, _ = cute.decode_steps(q, cache, *table, rk, rv, d ** -0.5, out=out,
+                                                 num_splits=ns)
+                    for name, fn in steps:
+                        fn()
+                    key = "auto" if ns is None else f"ns{ns}"
+                    for name, fn in steps:
+                        row[f"{key}_{name}_ms"] = time_cuda(fn, warmup=3, rep=a.rep)["median_ms"]
+
+                    def all_steps(steps=steps):
+                        for _, fn in steps:
+                            fn()
+                    row[f"{key}_total_ms"] = time_cuda(all_steps, warmup=3, rep=a.rep)["median_ms"]
             for be in a.backends:
                 out = torch.empty_like(q)
                 try:
