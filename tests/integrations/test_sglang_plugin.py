@@ -245,9 +245,7 @@ def test_backend_extend_decode_equal_ops(hooks_applied, gen):
 
     for li in range(2):
         cache = poisoned_cache(hz.pool.spec, hz.pool.num_pages, hz.pool.num_window_slots)
-        q = torch.cat([torch.cat([qkv[li][t][:c[0]] for qkv, c in zip(qkv_all, chunks)])
-                       for t in range(3)][:1] + [])
-        parts = [[], [], []]
+        parts = [[], [], []]  # q, k, v of the whole prompt, sequence by sequence
         for b in range(2):
             for qkv, c in zip(qkv_all, chunks):
                 off = 0 if b == 0 else c[0]
