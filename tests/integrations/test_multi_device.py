@@ -46,8 +46,20 @@ def _run_all(dev, gen_seed, backend):
     w = fi.Int2BatchDecodeWithPagedKVCacheWrapper(torch.empty(1, device=dev), backend=backend)
     w.plan(ip, ix, last, 32, 8, 128, 16, window_slots=slots, rotation=rot)
     out["decode_wrapper"] = w.run(qd, cache2)
-    for name, t in cache2.tensors().items():
-        assert t.device == dev, name
+    cache3 = poisoned_cache(spec, num_pages, 3, device=dev)
+    pw = fi.Int2BatchPrefillWithPagedKVCacheWrapper(torch.empty(1, device=dev), backend=backend)
+    pw.plan(ap, ip, ix, last, 32, 8, 128, 16, window_slots=slots, rotation=rot)
+    out["prefill_wrapper"] = pw.run(q, k, v, cache3)
+    ob, op_ = ops.get_batch_indices_positions(ap, seq_lens, nnz)
+    assert ob.device == dev and torch.equal(ob, b) and torch.equal(op_, p)
+    cache4 = poisoned_cache(spec, num_pages, 3, device=dev)
+    ops.quantize_append_paged_kv_cache(k, v, b, p, cache4, ix, ip, last, slots, rot,
+                                       backend=backend)
+    for c in (cache2, cache3, cache4):
+        for name, t in c.tensors().items():
+            assert t.device == dev, name
+    for name in ("k_codes", "v_codes"):
+        assert torch.equal(getattr(cache4, name), getattr(cache2, name))
     assert all(t.device == dev for t in out.values())
     return {n: t.cpu() for n, t in out.items()}
 
