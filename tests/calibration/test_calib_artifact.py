@@ -150,3 +150,38 @@ def test_sample_query_positions():
     assert pos.numel() == 64 and int(pos[0]) == 512 and int(pos[-1]) == 2047
     assert bool((pos[1:] > pos[:-1]).all())
     assert sample_query_positions(10, 64, 512).tolist() == [9]
+
+
+def test_fast_clip_search_errors_equal_general_path(calibrated):
+    """The search's one-einsum-per-ratio errors equal LayerEvaluator.error (which runs
+    window_rule_attention), so the search minimizes the reported quantity."""
+    _, geo, stats, held = calibrated
+    art = fit_artifact(stats, geo.fingerprint(), "oscar", per_head=True)
+    lr = art.layer(0)
+    ev = LayerEvaluator(held[0], QuantRule(group_size=8, sink_size=4, recent_size=16))
+    for c in (1.0, 0.9, 0.82):
+        assert ev._k_search_error(lr.rot_k, lr.rot_v, c) == pytest.approx(
+            ev.error(lr.rot_k, lr.rot_v, c, None), rel=1e-4)
+    v_errs = ev._v_search_errors(lr.rot_k, lr.rot_v, 0.9, CLIP_GRID)
+    for c in (1.0, 0.86, 0.8):
+        assert v_errs[c] == pytest.approx(ev.error(lr.rot_k, lr.rot_v, 0.9, c), rel=1e-4)
+    kc, vc = ev.search_clip(lr.rot_k, lr.rot_v)
+    brute_k = min(CLIP_GRID, key=lambda c: (ev.error(lr.rot_k, lr.rot_v, c, None), -c))
+    assert kc in CLIP_GRID and vc == min(v_errs_k := ev._v_search_errors(
+        lr.rot_k, lr.rot_v, kc, CLIP_GRID), key=lambda c: (v_errs_k[c], -c))
+    # the K search's minimum is the grid minimum or within 1% of it (unimodal shortcut)
+    assert ev.error(lr.rot_k, lr.rot_v, kc, None) <= 1.01 * ev.error(lr.rot_k, lr.rot_v,
+                                                                     brute_k, None)
+
+
+@pytest.mark.parametrize("group_size", [4, 16, 64])
+def test_group_fake_quantizer_is_bit_identical_to_reference(group_size):
+    from oscar_kernels.calibration.attn_error import GroupFakeQuantizer, fake_quantize
+
+    gen = torch.Generator().manual_seed(group_size)
+    x = torch.randn(97, 3, 64, generator=gen) * torch.linspace(0.01, 5, 64)
+    x[5, 1, :group_size] = 0.25                                   # a constant group
+    x[7, 0] *= 1e6                                                # saturates fp16 scale
+    fq = GroupFakeQuantizer(x, group_size)
+    for ratio in CLIP_GRID + (0.5, 0.97):
+        assert torch.equal(fq(ratio), fake_quantize(x, group_size, ratio)), ratio
