@@ -26,6 +26,9 @@ scheduler/model workers); :func:`register` then adds hooks through SGLang's
   whose window slots must be rebuilt, and records each row's sink key.
 * ``mem_cache.common.match_kv_cache`` (around): cuts a new request's radix-cache hit so
   the window positions are recomputed (:func:`reusable_prefix_len`; docs/integrations.md).
+* ``DefaultPoolConfigurator._compute_cell_size`` (around) and
+  ``KVCacheConfigurator.resolve_max_num_reqs`` (after): SGLang budgets KV memory for INT2
+  pages plus one BF16 window slot per running request (:func:`int2_cell_size`).
 
 This module imports no SGLang code at import time; the pool and backend classes live in
 ``sglang_backend.py``. The helpers here (configuration, artifact loading, page tables,
@@ -58,8 +61,10 @@ ENV = {
     "group_size": "OSCAR_GROUP_SIZE",
     "backend": "OSCAR_BACKEND",
     "sink_entries": "OSCAR_SINK_ENTRIES",
+    "tokens_per_request": "OSCAR_TOKENS_PER_REQUEST",
 }
-DEFAULT_SINK_ENTRIES = 64
+DEFAULT_SINK_ENTRIES = 32
+DEFAULT_TOKENS_PER_REQUEST = 2048
 
 
 # ------------------------------------------------------------------ configuration
@@ -73,6 +78,7 @@ class OscarConfig:
     group_size: int | None = None
     backend: str = "auto"
     sink_entries: int = DEFAULT_SINK_ENTRIES
+    tokens_per_request: int = DEFAULT_TOKENS_PER_REQUEST
 
     @classmethod
     def from_env(cls, environ=None) -> "OscarConfig":
@@ -92,13 +98,14 @@ class OscarConfig:
                    recent_size=as_int("recent_size", DEFAULT_RECENT_SIZE),
                    group_size=as_int("group_size", None),
                    backend=env.get(ENV["backend"]) or "auto",
-                   sink_entries=as_int("sink_entries", DEFAULT_SINK_ENTRIES))
+                   sink_entries=as_int("sink_entries", DEFAULT_SINK_ENTRIES),
+                   tokens_per_request=as_int("tokens_per_request", DEFAULT_TOKENS_PER_REQUEST))
 
     def to_env(self, environ=None) -> None:
         env = os.environ if environ is None else environ
         env[ENV["dtype"]] = INT2
         for key in ("rotation_path", "sink_size", "recent_size", "group_size", "backend",
-                    "sink_entries"):
+                    "sink_entries", "tokens_per_request"):
             val = getattr(self, key)
             if val is None:
                 env.pop(ENV[key], None)
@@ -111,6 +118,8 @@ class OscarConfig:
                self.recent_size)
         expect(self.sink_entries >= 1, "--oscar-sink-cache-entries", "a positive int",
                self.sink_entries)
+        expect(self.tokens_per_request >= 1, "--oscar-tokens-per-request", "a positive int",
+               self.tokens_per_request)
         expect(self.backend in ("auto", "reference", "triton", "cute"), "--oscar-backend",
                "one of auto, reference, triton, cute", self.backend)
         if self.rotation_path is not None:
@@ -304,6 +313,38 @@ def sink_key(token_ids, sink_size: int, extra=None) -> str | None:
     return h.hexdigest()
 
 
+# ------------------------------------------------------------------- memory planning
+def int2_cell_size(*, num_kv_heads: int, head_dim: int, num_layers: int,
+                   config: OscarConfig) -> int:
+    """Bytes SGLang should budget per token of KV capacity under ``int2``.
+
+    The INT2 pages cost ``spec.int2_bytes_per_token`` per token and layer; every running
+    request also holds a BF16 window slot of ``sink_size + recent_size`` rows per layer,
+    charged here per token as if requests averaged ``config.tokens_per_request`` tokens
+    (:func:`int2_max_running_requests` then caps the request rows to match).
+
+    Example
+    -------
+    >>> int2_cell_size(num_kv_heads=8, head_dim=128, num_layers=36, config=OscarConfig())
+    43776
+    """
+    from ..spec import CacheSpec
+
+    spec = CacheSpec(num_kv_heads=num_kv_heads, head_dim=head_dim, page_size=1,
+                     group_size=config.group_size, sink_size=config.sink_size,
+                     recent_size=config.recent_size)
+    window_row = spec.window_size * spec.bf16_bytes_per_token
+    per_token = spec.int2_bytes_per_token + -(-window_row // config.tokens_per_request)
+    return per_token * num_layers
+
+
+def int2_max_running_requests(token_capacity: int, sglang_choice: int,
+                              config: OscarConfig) -> int:
+    """Request rows the INT2 memory plan covers: ``token_capacity / tokens_per_request``,
+    never more than SGLang's own choice."""
+    return max(1, min(sglang_choice, token_capacity // config.tokens_per_request))
+
+
 # --------------------------------------------------------------------------- hooks
 _PARSER_FLAGS = (
     ("--oscar-rotation-path", dict(type=str, default=None,
@@ -320,6 +361,11 @@ _PARSER_FLAGS = (
                                         help="INT2 KV cache: BF16 sink rows kept per distinct "
                                              "first-sink_size-token prefix, for prefix-cache "
                                              "hits (LRU)")),
+    ("--oscar-tokens-per-request", dict(type=int, default=DEFAULT_TOKENS_PER_REQUEST,
+                                        help="INT2 KV cache: memory planning; each running "
+                                             "request also holds a BF16 window slot, budgeted "
+                                             "as if requests averaged this many tokens "
+                                             "(max running requests = tokens / this)")),
     ("--oscar-backend", dict(type=str, default="auto",
                              choices=["auto", "reference", "triton", "cute"],
                              help="INT2 KV cache: kernel backend")),
@@ -347,7 +393,9 @@ def _around_from_cli_args(original, cls, args, *rest, **kwargs):
                     group_size=getattr(args, "oscar_group_size", None),
                     backend=getattr(args, "oscar_backend", "auto"),
                     sink_entries=getattr(args, "oscar_sink_cache_entries",
-                                         DEFAULT_SINK_ENTRIES)).to_env()
+                                         DEFAULT_SINK_ENTRIES),
+                    tokens_per_request=getattr(args, "oscar_tokens_per_request",
+                                               DEFAULT_TOKENS_PER_REQUEST)).to_env()
     return original(cls, args, *rest, **kwargs)
 
 
@@ -382,6 +430,29 @@ def _around_build_attention_backend(original, *args, **kwargs):
     log.info("oscar int2: attention backend OscarInt2AttnBackend (requested %r replaced)",
              kwargs.get("backend_str"))
     return OscarInt2AttnBackend(model_runner)
+
+
+def _around_compute_cell_size(original, self, kvc, num_layers, *args, **kwargs):
+    if not int2_enabled():
+        return original(self, kvc, num_layers, *args, **kwargs)
+    from sglang.srt.runtime_context import get_parallel
+
+    mc = kvc.model_config
+    cell = int2_cell_size(num_kv_heads=mc.get_num_kv_heads(get_parallel().attn_tp_size),
+                          head_dim=mc.head_dim, num_layers=int(num_layers),
+                          config=OscarConfig.from_env())
+    log.info("oscar int2: %d bytes of KV budget per token (INT2 pages + BF16 windows)", cell)
+    return cell
+
+
+def _after_resolve_max_num_reqs(result, self, token_capacity, *args, **kwargs):
+    if not int2_enabled():
+        return result
+    capped = int2_max_running_requests(int(token_capacity), int(result), OscarConfig.from_env())
+    if capped < result:
+        log.info("oscar int2: max running requests %d -> %d (one BF16 window slot each; "
+                 "--oscar-tokens-per-request)", result, capped)
+    return capped
 
 
 def _after_alloc_rows(result, pool, *args, **kwargs):
@@ -439,6 +510,10 @@ HOOKS = (
     ("sglang.srt.mem_cache.memory_pool.ReqToTokenPool.alloc_rows", _after_alloc_rows, "AFTER"),
     ("sglang.srt.mem_cache.memory_pool.ReqToTokenPool.alloc", _after_alloc, "AFTER"),
     ("sglang.srt.mem_cache.common.match_kv_cache", _around_match_kv_cache, "AROUND"),
+    ("sglang.srt.model_executor.pool_configurator.DefaultPoolConfigurator._compute_cell_size",
+     _around_compute_cell_size, "AROUND"),
+    ("sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator.resolve_max_num_reqs",
+     _after_resolve_max_num_reqs, "AFTER"),
 )
 
 

@@ -306,3 +306,23 @@ def test_reusable_prefix_len_and_sink_key():
     assert a == plugin.sink_key(list(range(64)) + [7] * 5, 64)  # only the first 64 count
     assert a != plugin.sink_key(list(range(100)), 64, extra=("lora", 1))
     assert plugin.sink_key(list(range(10)), 64) is None
+
+
+def test_int2_memory_plan():
+    cfg = plugin.OscarConfig(sink_size=64, recent_size=256, tokens_per_request=2048)
+    # Qwen3-8B at TP1: INT2 pages 576 B/token/layer + a 320-row BF16 window (4096 B/row/layer)
+    # amortized over 2048 tokens per request = 640 B
+    cell = plugin.int2_cell_size(num_kv_heads=8, head_dim=128, num_layers=36, config=cfg)
+    assert cell == 36 * (576 + 640)
+    assert cell < 36 * 4096  # what SGLang would budget for BF16
+    spec = CacheSpec(num_kv_heads=8, head_dim=128, page_size=1)
+    tokens = 10 ** 6
+    rows = plugin.int2_max_running_requests(tokens, 4096, cfg)
+    assert rows == tokens // 2048
+    used = tokens * spec.int2_bytes_per_token * 36 + rows * spec.window_size * \
+        spec.bf16_bytes_per_token * 36
+    assert used <= tokens * cell  # pages + windows fit the budget SGLang was told about
+    assert plugin.int2_max_running_requests(tokens, 100, cfg) == 100
+    env = {}
+    cfg.to_env(env)
+    assert plugin.OscarConfig.from_env(env).tokens_per_request == 2048

@@ -84,7 +84,8 @@ print("hooks", sorted(t for t in HookRegistry._patched if "oscar" in str(HookReg
     assert "('OSCAR_ROTATION_PATH', './oscar_rotations/')" in r.stdout
     assert "('OSCAR_RECENT_SIZE', '256')" in r.stdout
     for target in ("_build_mha_kv_pool", "_build_full_attention_backend_from_str",
-                   "resolve_once", "alloc_rows"):
+                   "resolve_once", "alloc_rows", "match_kv_cache", "_compute_cell_size",
+                   "resolve_max_num_reqs"):
         assert target in r.stdout, r.stdout
 
 
@@ -129,6 +130,8 @@ runner = types.SimpleNamespace(token_to_kv_pool=pool, device="cpu", model_config
 backend = abs_._build_full_attention_backend_from_str(model_runner=runner,
     backend_str="flashinfer", init_new_workspace=False)
 print("backend", type(backend).__name__, backend.num_qo_heads)
+from sglang.srt.model_executor.pool_configurator import DefaultPoolConfigurator
+print("cell", DefaultPoolConfigurator._compute_cell_size(None, conf, 36))
 mc.head_dim = 96
 try:
     KVCacheConfigurator._build_mha_kv_pool(conf, max_total_num_tokens=64, mha_pool_class=None)
@@ -142,6 +145,9 @@ except Exception as e:
         in r.stdout, r.stdout
     assert "sink_size=64, recent_size=256" in r.stdout
     assert "backend OscarInt2AttnBackend 16" in r.stdout
+    # SGLang's KV budget per token under int2 (4 heads on this rank): 36 layers x (288 B of
+    # INT2 pages + 320 B of BF16 window amortized over 2048 tokens per request)
+    assert "cell 21888" in r.stdout, r.stdout
     assert "rejected UnsupportedConfigError" in r.stdout and "power of two" in r.stdout
 
 
