@@ -465,7 +465,8 @@ def plot(rows: Sequence[dict], contexts: Sequence[int], tail_start: int, path: s
     metrics = [(f"tail_ppl@{ctx}", f"tail perplexity @{ctx} (p >= {tail_start})"),
                (f"ppl@{ctx}", f"perplexity @{ctx}"),
                ("kl", "KL(bf16 || method), nats"), ("top1", "top-1 agreement with bf16"),
-               ("passkey", "passkey accuracy"), (f"bits@{ctx}", f"bits / element @{ctx}")]
+               ("passkey", "passkey accuracy"),
+               ("bits_int2", "bits / element, INT2 region (scales included)")]
     metrics = [(k, t) for k, t in metrics if any(k in r for r in rows)]
     labels = [r["label"] for r in rows]
     colors = ["#555555" if r["kind"] == "bf16" else "#d62728" if r["method"] == "oscar"
