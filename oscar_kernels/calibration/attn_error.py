@@ -237,10 +237,24 @@ class LayerEvaluator:
         the best one (the error is close to unimodal in the ratio); the V search, one
         einsum per ratio, evaluates the whole grid. Ties go to the larger ratio.
         """
-        k_best = _grid_min(lambda c: self._k_search_error(rot_k, rot_v, c), grid)
+        k_best, v_best, _, _ = self.search_clip_with_errors(rot_k, rot_v, grid)
+        return k_best, v_best
+
+    def search_clip_with_errors(self, rot_k: torch.Tensor, rot_v: torch.Tensor,
+                                grid: Sequence[float] = CLIP_GRID
+                                ) -> tuple[float, float, float, float]:
+        """:meth:`search_clip` plus the minimized errors: ``(k_clip, v_clip, k_error,
+        v_error)``; ``k_error`` is with V un-quantized, ``v_error`` with both quantized."""
+        k_err: dict[float, float] = {}
+
+        def fk(c):
+            k_err[c] = self._k_search_error(rot_k, rot_v, c)
+            return k_err[c]
+
+        k_best = _grid_min(fk, grid)
         v_err = self._v_search_errors(rot_k, rot_v, k_best, grid)
         v_best = min(v_err, key=lambda c: (v_err[c], -c))
-        return k_best, v_best
+        return k_best, v_best, k_err[k_best], v_err[v_best]
 
 
 def _grid_min(f, grid: Sequence[float]) -> float:

@@ -19,7 +19,7 @@ import resource
 import sys
 import time
 
-from ..spec import DEFAULT_RECENT_SIZE, DEFAULT_SINK_SIZE
+from ..spec import DEFAULT_K_CLIP, DEFAULT_RECENT_SIZE, DEFAULT_SINK_SIZE, DEFAULT_V_CLIP
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 DEFAULT_METHOD = "oscar"
 DEFAULT_PER_HEAD = True
 DEFAULT_CLIP = "search"
-ALL_METHODS = ("identity", "hadamard", "kv-cov", "oscar", "oscar-proxy")
+ALL_METHODS = ("identity", "hadamard", "kv-cov", "oscar", "oscar-proxy", "auto")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -162,23 +162,31 @@ def run(args) -> int:
     }
     variants = default_variants(geo.num_kv_heads, per_head=args.per_head,
                                 which=args.report_variants)
-    shipped = Variant(args.method, args.per_head and geo.num_kv_heads > 1
-                      and args.method not in ("identity", "hadamard"))
-    if shipped not in variants:
-        variants.append(shipped)
+
+    def variant_name(method: str) -> str:
+        if method == "auto":
+            return "auto"
+        return Variant(method, args.per_head and geo.num_kv_heads > 1
+                       and method not in ("identity", "hadamard")).name
+
+    shipped = variant_name(args.method)
+    if args.method != "auto" and shipped not in [v.name for v in variants]:
+        variants.append(Variant(args.method, shipped.endswith("/head")))
     artifacts = fit_all(stats, geo, variants, provenance)
     timer.lap("fit")
     rule = QuantRule(args.group_size, args.sink_size, args.recent_size)
-    results = evaluate_all(artifacts, search_buf, eval_buf, rule, progress=progress)
+    candidates = [v.name for v in variants if v.method != "identity"]
+    results = evaluate_all(artifacts, search_buf, eval_buf, rule, progress=progress,
+                           auto_candidates=candidates)
     timer.lap("clip_search_and_report")
 
-    def finalize(v: Variant):
-        art = artifacts[v.name]
+    def finalize(name: str):
+        art = artifacts[name]
         if args.clip == "search":
-            res = results[v.name]
+            res = results[name]
             return with_clips(art, [r.k_clip for r in res], [r.v_clip for r in res], "search")
-        return with_clips(art, [lr.k_clip for lr in art.layers],
-                          [lr.v_clip for lr in art.layers], "fixed")
+        return with_clips(art, [DEFAULT_K_CLIP] * geo.num_layers,
+                          [DEFAULT_V_CLIP] * geo.num_layers, "fixed")
 
     out = args.out
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
@@ -187,12 +195,11 @@ def run(args) -> int:
     if args.out_dir:
         os.makedirs(args.out_dir, exist_ok=True)
         for m in ALL_METHODS:
-            v = Variant(m, args.per_head and geo.num_kv_heads > 1
-                        and m not in ("identity", "hadamard"))
-            if v.name not in artifacts:
+            name = variant_name(m)
+            if name not in artifacts:
                 continue
             p = os.path.join(args.out_dir, f"{m}.safetensors")
-            finalize(v).save(p)
+            finalize(name).save(p)
             written.append(p)
     timer.lap("write")
     meta = {
@@ -206,7 +213,7 @@ def run(args) -> int:
                  "min_query_position": args.min_query_position},
         "cache": {"group_size": args.group_size or geo.head_dim, "sink_size": args.sink_size,
                   "recent_size": args.recent_size, "scale_dtype": "float16"},
-        "shipped": {"variant": shipped.name, "clip": args.clip},
+        "shipped": {"variant": shipped, "clip": args.clip},
         "artifacts": written,
         "seconds": timer.phases, "peak_rss_mib": _peak_rss_mib(),
         "torch_threads": torch.get_num_threads(),
@@ -214,7 +221,7 @@ def run(args) -> int:
     prefix = args.report or (out[:-len(".safetensors")] if out.endswith(".safetensors")
                              else out) + ".report"
     md, js = write_report(results, meta, prefix)
-    print(console_table(results, shipped.name, args.clip))
+    print(console_table(results, shipped, args.clip))
     print()
     summary = summarize(results)
     print("mean error over layers (none / fixed / search):")

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import expect
-from ..rotation import RotationArtifact
+from ..rotation import LayerRotation, RotationArtifact
 from ..spec import DEFAULT_K_CLIP, DEFAULT_V_CLIP
 from .attn_error import CLIP_GRID, LayerEvaluator, QuantRule, sample_query_positions
 from .capture import AttentionGeometry, capture_attention
@@ -149,40 +149,89 @@ def fit_all(stats: Sequence[LayerStats], geo: AttentionGeometry, variants: Seque
 
 @dataclass
 class LayerResult:
-    """Errors of one (variant, layer): ``errors[policy]`` and the searched clips."""
+    """Errors of one (variant, layer): ``errors[policy]`` and the searched clips, plus the
+    searched-clip errors on the search buffer (``search_k_error`` with V un-quantized)."""
 
     errors: dict[str, float] = field(default_factory=dict)
     k_clip: float = DEFAULT_K_CLIP
     v_clip: float = DEFAULT_V_CLIP
+    search_k_error: float = float("nan")
+    search_v_error: float = float("nan")
+    source: str = ""
+
+
+AUTO = "auto"
+
+
+def _judge(judge: LayerEvaluator, rot_k, rot_v, res: LayerResult) -> LayerResult:
+    res.errors["none"] = judge.error(rot_k, rot_v, 1.0, 1.0)
+    res.errors["fixed"] = judge.error(rot_k, rot_v, DEFAULT_K_CLIP, DEFAULT_V_CLIP)
+    res.errors["search"] = judge.error(rot_k, rot_v, res.k_clip, res.v_clip)
+    return res
+
+
+def _heads(r: torch.Tensor, n: int) -> torch.Tensor:
+    return r if r.shape[0] == n else r.expand(n, -1, -1).clone()
 
 
 def evaluate_all(artifacts: dict[str, RotationArtifact],
                  search_buffers: list[list[HeldoutSequence]],
                  eval_buffers: list[list[HeldoutSequence]], rule: QuantRule, *,
-                 grid: Sequence[float] = CLIP_GRID, progress: bool = True
-                 ) -> dict[str, list[LayerResult]]:
+                 grid: Sequence[float] = CLIP_GRID, progress: bool = True,
+                 auto_candidates: Sequence[str] = ()) -> dict[str, list[LayerResult]]:
     """For every artifact and layer: search clips on ``search_buffers`` and measure the
     error on ``eval_buffers`` under the ``none`` (1.0/1.0), ``fixed`` (0.96/0.92) and
-    ``search`` policies."""
+    ``search`` policies.
+
+    With ``auto_candidates`` (names of artifacts), also builds the ``"auto"`` artifact
+    (added to ``artifacts``): per layer, ``R_K`` of the candidate whose searched-clip key
+    error on the search buffer is lowest and ``R_V`` of the candidate whose value error is
+    lowest, with the searched clips re-searched for that pair. Selection sees only the
+    search buffer (calibration text), never the held-out text.
+    """
     from tqdm.auto import tqdm
 
     num_layers = len(eval_buffers)
-    results = {name: [] for name in artifacts}
-    bar = tqdm(total=num_layers * len(artifacts), desc="clip search + report",
-               unit="layer", disable=not progress, dynamic_ncols=True, leave=False)
+    names = list(artifacts)
+    results: dict[str, list[LayerResult]] = {name: [] for name in names}
+    auto_layers = []
+    bar = tqdm(total=num_layers * (len(names) + bool(auto_candidates)),
+               desc="clip search + report", unit="layer", disable=not progress,
+               dynamic_ncols=True, leave=False)
     for i in range(num_layers):
         searcher = LayerEvaluator(search_buffers[i], rule)
         judge = LayerEvaluator(eval_buffers[i], rule)
-        for name, art in artifacts.items():
-            lr = art.layer(i)
-            kc, vc = searcher.search_clip(lr.rot_k, lr.rot_v, grid)
-            res = LayerResult(k_clip=kc, v_clip=vc)
-            res.errors["none"] = judge.error(lr.rot_k, lr.rot_v, 1.0, 1.0)
-            res.errors["fixed"] = judge.error(lr.rot_k, lr.rot_v, DEFAULT_K_CLIP, DEFAULT_V_CLIP)
-            res.errors["search"] = judge.error(lr.rot_k, lr.rot_v, kc, vc)
-            results[name].append(res)
+        for name in names:
+            lr = artifacts[name].layer(i)
+            kc, vc, ke, ve = searcher.search_clip_with_errors(lr.rot_k, lr.rot_v, grid)
+            results[name].append(_judge(judge, lr.rot_k, lr.rot_v,
+                                        LayerResult(k_clip=kc, v_clip=vc, search_k_error=ke,
+                                                    search_v_error=ve, source=name)))
+            bar.update(1)
+        if auto_candidates:
+            kname = min(auto_candidates, key=lambda n: results[n][i].search_k_error)
+            vname = min(auto_candidates, key=lambda n: results[n][i].search_v_error)
+            lk, lv = artifacts[kname].layer(i), artifacts[vname].layer(i)
+            hr = max(lk.rot_k.shape[0], lv.rot_v.shape[0])
+            rk, rv = _heads(lk.rot_k, hr), _heads(lv.rot_v, hr)
+            kc, vc, ke, ve = searcher.search_clip_with_errors(rk, rv, grid)
+            ek = None if lk.k_eigenvalues is None else _heads(lk.k_eigenvalues[..., None],
+                                                              hr)[..., 0]
+            evv = None if lv.v_eigenvalues is None else _heads(lv.v_eigenvalues[..., None],
+                                                               hr)[..., 0]
+            auto_layers.append(LayerRotation(rk, rv, kc, vc, ek, evv))
+            results.setdefault(AUTO, []).append(_judge(
+                judge, rk, rv, LayerResult(k_clip=kc, v_clip=vc, search_k_error=ke,
+                                           search_v_error=ve, source=f"K:{kname} V:{vname}")))
             bar.update(1)
     bar.close()
+    if auto_candidates:
+        first = artifacts[auto_candidates[0]]
+        prov = dict(first.provenance, auto_sources=[r.source for r in results[AUTO]],
+                    auto_candidates=list(auto_candidates))
+        art = RotationArtifact(first.fingerprint, AUTO, auto_layers, prov)
+        art.validate()
+        artifacts[AUTO] = art
     return results
 
 

@@ -32,7 +32,9 @@ def to_json(results: dict[str, list[LayerResult]], meta: dict) -> dict:
         "meta": meta,
         "mean_error": summarize(results),
         "layers": {name: [{"errors": r.errors, "searched_k_clip": r.k_clip,
-                           "searched_v_clip": r.v_clip} for r in rs]
+                           "searched_v_clip": r.v_clip, "search_k_error": r.search_k_error,
+                           "search_v_error": r.search_v_error, "source": r.source}
+                          for r in rs]
                    for name, rs in results.items()},
     }
 
@@ -85,6 +87,9 @@ def to_markdown(results: dict[str, list[LayerResult]], meta: dict) -> str:
             cells.append(f"{r.errors['fixed']:.4f} / {r.errors['search']:.4f} "
                          f"({r.k_clip:.2f}, {r.v_clip:.2f})")
         out.append(f"| {i} | " + " | ".join(cells) + " |")
+    if "auto" in results:
+        out += ["", "## auto: rotation chosen per layer (on the clip-search buffer)", ""]
+        out += [f"- layer {i}: {r.source}" for i, r in enumerate(results["auto"])]
     return "\n".join(out) + "\n"
 
 

@@ -53,11 +53,17 @@ def test_calibrate_cli_writes_artifacts_and_report(tiny_dir, tmp_path, capsys):
     assert art.provenance["calibration_tokens"] == 1500
     for lr in art.layers:
         assert min(0.8, 1.0) - 1e-9 <= lr.k_clip <= 1.0 and 0.8 - 1e-9 <= lr.v_clip <= 1.0
-    for m in ("identity", "hadamard", "kv-cov", "oscar", "oscar-proxy"):
+    for m in ("identity", "hadamard", "kv-cov", "oscar", "oscar-proxy", "auto"):
         assert RotationArtifact.load(tmp_path / "all" / f"{m}.safetensors").method == m
     rep = json.loads((tmp_path / "rot.report.json").read_text())
     names = set(rep["mean_error"])
-    assert {"identity", "hadamard", "kv-cov", "oscar", "oscar/head"} <= names
+    assert {"identity", "hadamard", "kv-cov", "oscar", "oscar/head", "auto"} <= names
+    # auto picks, per layer, the candidate with the lowest search-buffer error
+    for i, r in enumerate(rep["layers"]["auto"]):
+        kname = r["source"].split()[0][2:]
+        cands = [n for n in rep["layers"] if n not in ("identity", "auto")]
+        best = min(rep["layers"][n][i]["search_k_error"] for n in cands)
+        assert rep["layers"][kname][i]["search_k_error"] == best
     for name, pol in rep["mean_error"].items():
         assert set(pol) == {"none", "fixed", "search"}
         assert all(0.0 < v < 10.0 for v in pol.values()), (name, pol)
