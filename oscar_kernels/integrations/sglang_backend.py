@@ -188,19 +188,18 @@ def build_int2_pool(configurator, *, max_total_num_tokens: int, mha_pool_class=N
                           num_kv_heads=mc.get_total_num_kv_heads(),
                           num_qo_heads=mc.num_attention_heads, head_dim=mc.head_dim)
     artifact = load_rotation_artifact(config.rotation_path, fp)
-    li = configurator.layer_info
-    rotations = rank_rotations(artifact, tp_rank=tp_rank, tp_size=tp_size,
-                               start_layer=li.start_layer, end_layer=li.end_layer,
-                               device=configurator.device)
+    li = configurator.layer_info  # SGLang's [start_layer, end_layer) of this runner
+    first, last = li.start_layer, li.start_layer + li.num_effective_layers - 1
+    rotations = rank_rotations(artifact, tp_rank=tp_rank, tp_size=tp_size, start_layer=first,
+                               end_layer=last, device=configurator.device)
     head_num = mc.get_num_kv_heads(tp_size)
-    log.info("oscar int2: pool for %d layers, %d KV heads (rank %d/%d), page_size %d, "
-             "artifact %s (%s)", li.end_layer - li.start_layer + 1, head_num, tp_rank, tp_size,
+    log.info("oscar int2: pool for layers %d..%d, %d KV heads (rank %d/%d), page_size %d, "
+             "artifact %s (%s)", first, last, head_num, tp_rank, tp_size,
              configurator.pool_page_size, config.rotation_path, artifact.method)
     return OscarInt2TokenToKVPool(
         max_total_num_tokens, configurator.pool_page_size, configurator.kv_cache_dtype,
         head_num, mc.head_dim, li.num_effective_layers, configurator.device, False,
-        rotations=rotations, config=config, start_layer=li.start_layer,
-        end_layer=li.end_layer)
+        rotations=rotations, config=config, start_layer=first, end_layer=last)
 
 
 class OscarInt2AttnBackend(AttentionBackend):

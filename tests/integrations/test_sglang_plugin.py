@@ -121,7 +121,7 @@ get_parallel().override_permanently(tp_size=2, tp_rank=1, attn_tp_size=2, attn_t
 mc = ModelConfig("{model_dir}")
 conf = types.SimpleNamespace(model_config=mc, device="cpu", pool_page_size=1,
     kv_cache_dtype=torch.bfloat16, use_mla_backend=False,
-    layer_info=types.SimpleNamespace(start_layer=0, end_layer=35, num_effective_layers=36))
+    layer_info=types.SimpleNamespace(start_layer=0, end_layer=36, num_effective_layers=36))
 pool = KVCacheConfigurator._build_mha_kv_pool(conf, max_total_num_tokens=64,
                                                mha_pool_class=None)
 print("pool", type(pool).__name__, len(pool.layers), pool.spec)
