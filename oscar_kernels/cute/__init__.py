@@ -103,16 +103,26 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
     h = spec.num_kv_heads
     group = num_qo_heads // h
     dev = q.device
+    if cache.num_pages * spec.page_size * h >= 2 ** 31:
+        raise UnsupportedConfigError(
+            f"cache: the CuTe kernel indexes (page, slot, head) rows in int32; "
+            f"num_pages * page_size * num_kv_heads = {cache.num_pages * spec.page_size * h}")
     if num_splits is None:
         num_splits = num_splits_for(batch_size, h, torch.cuda.get_device_properties(dev)
                                     .multi_processor_count)
     q_rot = torch.empty(batch_size, h, group, d, dtype=torch.bfloat16, device=dev)
     o_part = torch.empty(batch_size, num_qo_heads, num_splits, d, dtype=torch.float32, device=dev)
     lse_part = torch.empty(batch_size, num_qo_heads, num_splits, dtype=torch.float32, device=dev)
+    o_rot = torch.empty(batch_size, num_qo_heads, d, dtype=torch.float32, device=dev)
     o32 = torch.empty(batch_size, num_qo_heads, d, dtype=torch.float32, device=dev)
     lse = torch.empty(batch_size, num_qo_heads, dtype=torch.float32, device=dev)
-    rot_v = rot_v if rot_v.stride(-1) == 1 and rot_v.stride(-2) == d else rot_v.contiguous()
-    rv_head_stride = 0 if rot_v.shape[0] == 1 or rot_v.stride(0) == 0 else rot_v.stride(0)
+
+    def rot_ok(r):
+        r = r if r.stride(-1) == 1 and r.stride(-2) == d else r.contiguous()
+        return r, (0 if r.shape[0] == 1 or r.stride(0) == 0 else r.stride(0))
+
+    rot_k, rk_stride = rot_ok(rot_k)
+    rot_v, rv_stride = rot_ok(rot_v)
     sp, ss, sh = _row_strides(spec)
     ptrs = [q_rot, cache.k_codes, cache.k_params, cache.v_codes, cache.v_params, cache.k_window,
             cache.v_window, kv_indptr, kv_indices, kv_last_page_len, window_slots, o_part,
@@ -120,24 +130,30 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
     ints = [batch_size, h, group, spec.page_size, sp, ss, sh, spec.sink_size, spec.recent_size,
             num_splits]
     scale_log2 = float(sm_scale) * math.log2(math.e)
-    decode_kernel = _bundle.get_kernel("decode", d)
-    merge_kernel = _bundle.get_kernel("merge", d)
+    kernels = {op: _bundle.get_kernel(op, d) for op in _bundle.OPS}
+    q32 = q if q.dtype == torch.float32 and q.is_contiguous() else None
+
+    def stream():
+        return torch.cuda.current_stream(dev).cuda_stream
 
     def rotate_q():
-        # q' = q @ R_K (per KV head), bf16 for the tensor cores
-        q_rot.copy_(torch.matmul(q.float().view(batch_size, h, group, d), rot_k))
+        # q' = q @ R_K per KV head, bf16 for the tensor cores
+        x = q32 if q32 is not None else q.float().contiguous()
+        with torch.cuda.device(dev):
+            kernels["rotate_q"](x.data_ptr(), rot_k.data_ptr(), q_rot.data_ptr(), batch_size, h,
+                                group, rk_stride, stream())
 
     def run_decode():
         with torch.cuda.device(dev):
-            decode_kernel(*[t.data_ptr() for t in ptrs], *ints, scale_log2,
-                          torch.cuda.current_stream(dev).cuda_stream)
+            kernels["decode"](*[t.data_ptr() for t in ptrs], *ints, scale_log2, stream())
 
     def run_merge():
-        # merge the splits (base-2 lse) and apply o @ R_V^T
+        # merge the splits (base-2 lse), then o = o' @ R_V^T
         with torch.cuda.device(dev):
-            merge_kernel(o_part.data_ptr(), lse_part.data_ptr(), rot_v.data_ptr(), o32.data_ptr(),
-                         lse.data_ptr(), batch_size, h, group, num_splits, rv_head_stride,
-                         torch.cuda.current_stream(dev).cuda_stream)
+            kernels["merge"](o_part.data_ptr(), lse_part.data_ptr(), o_rot.data_ptr(),
+                             lse.data_ptr(), batch_size, h, group, num_splits, stream())
+            kernels["rotate_o"](o_rot.data_ptr(), rot_v.data_ptr(), o32.data_ptr(), batch_size,
+                                h, group, rv_stride, stream())
 
     steps = [("rotate_q", rotate_q), ("decode", run_decode), ("merge", run_merge)]
     if out is not None:

@@ -3,7 +3,8 @@ else the ahead-of-time bundle built by :mod:`oscar_kernels.cute.aot`.
 
 A bundle is a directory with ``manifest.json`` and one ``lib<name>.so`` per kernel (C ABI
 ``int <name>_load(void)`` and ``int <name>_run(...)``: for ``decode`` 13 int64 pointers,
-10 int32, one float and the stream; for ``merge`` 5 pointers, 5 int32 and the stream).
+10 int32, one float and the stream; ``merge`` 4 pointers, 4 int32; ``rotate_q``/``rotate_o``
+3 pointers, 4 int32; each ends with the stream).
 The directory is ``$OSCAR_CUTE_BUNDLE`` when set, else ``oscar_kernels/cute/prebuilt``.
 ``OSCAR_CUTE_MODE=bundle`` or ``=jit`` forces one source. Nothing here needs a GPU to
 import; loading a library needs ``libcudart.so.13`` (import torch first, it loads it).
@@ -27,7 +28,9 @@ BUNDLE_FORMAT = 1
 #: C argument types of each kernel, in order (pointers as int64, then ints, floats, stream).
 _ARGTYPES = {
     "decode": [ctypes.c_int64] * 13 + [ctypes.c_int32] * 10 + [ctypes.c_float, ctypes.c_void_p],
-    "merge": [ctypes.c_int64] * 5 + [ctypes.c_int32] * 5 + [ctypes.c_void_p],
+    "merge": [ctypes.c_int64] * 4 + [ctypes.c_int32] * 4 + [ctypes.c_void_p],
+    "rotate_q": [ctypes.c_int64] * 3 + [ctypes.c_int32] * 4 + [ctypes.c_void_p],
+    "rotate_o": [ctypes.c_int64] * 3 + [ctypes.c_int32] * 4 + [ctypes.c_void_p],
 }
 OPS = tuple(_ARGTYPES)
 
@@ -42,7 +45,9 @@ def bundle_dir() -> str:
 
 def kernel_name(op: str, head_dim: int) -> str:
     return {"decode": f"int2_decode_sm90_d{head_dim}",
-            "merge": f"int2_decode_merge_sm90_d{head_dim}"}[op]
+            "merge": f"int2_decode_merge_sm90_d{head_dim}",
+            "rotate_q": f"rotate_q_sm90_d{head_dim}",
+            "rotate_o": f"rotate_o_sm90_d{head_dim}"}[op]
 
 
 def cutlass_available() -> bool:
@@ -129,10 +134,15 @@ def _load_jit_kernel(op: str, head_dim: int) -> Callable:
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
     import cuda.bindings.driver as cuda
 
-    from .int2_decode_sm90 import Int2DecodeConfig, compile_decode, compile_merge
+    from .int2_decode_sm90 import Int2DecodeConfig, compile_decode, compile_merge, compile_rotate
 
-    compile_fn = compile_decode if op == "decode" else compile_merge
-    compiled = compile_fn(Int2DecodeConfig(head_dim=head_dim))
+    cfg = Int2DecodeConfig(head_dim=head_dim)
+    if op == "decode":
+        compiled = compile_decode(cfg)
+    elif op == "merge":
+        compiled = compile_merge(cfg)
+    else:
+        compiled = compile_rotate(cfg, op[-1])
 
     def launch(*args) -> None:
         *rest, stream = args
@@ -142,7 +152,7 @@ def _load_jit_kernel(op: str, head_dim: int) -> Callable:
 
 
 def get_kernel(op: str, head_dim: int) -> Callable:
-    """The launcher of ``op`` ("decode" or "merge"): ``f(*args, stream_handle)`` (cached)."""
+    """The launcher of ``op`` (one of :data:`OPS`): ``f(*args, stream_handle)`` (cached)."""
     key = f"{mode()}:{op}:{head_dim}"
     with _lock:
         fn = _cache.get(key)

@@ -55,6 +55,48 @@ def bytes_moved(spec, batch_size: int, seq_len: int, num_qo_heads: int) -> int:
     return batch_size * (int2 * per_tok_int2 + win * per_tok_bf16 + qo)
 
 
+def plot_roofline(json_path: str, png_path: str) -> None:
+    """Achieved TB/s (bytes each kernel must move / median time) vs context, one panel per
+    (model, batch), from a ``perf/bench_decode.py`` JSON; dashed line: measured read ceiling."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with open(json_path) as f:
+        data = json.load(f)
+    ceiling = data["read_bandwidth"]["read_TBps"]
+    rows = [r for r in data["rows"] if "context" in r and r.get("cute_ms")]
+    panels = sorted({(r["preset"], r["batch"]) for r in rows})
+    presets = sorted({p for p, _ in panels})
+    batches = sorted({b for _, b in panels})
+    fig, axes = plt.subplots(len(presets), len(batches), figsize=(4 * len(batches),
+                             3.2 * len(presets)), sharey=True, squeeze=False)
+    series = [("cute_TBps", "CuTe INT2", "C3"), ("triton_TBps", "Triton INT2", "C0"),
+              ("fi_TBps", "FlashInfer BF16", "C2"), ("fi8_TBps", "FlashInfer FP8", "C1")]
+    for i, preset in enumerate(presets):
+        for j, batch in enumerate(batches):
+            ax = axes[i][j]
+            sel = sorted((r for r in rows if r["preset"] == preset and r["batch"] == batch),
+                         key=lambda r: r["context"])
+            for key, label, color in series:
+                pts = [(r["context"], r[key]) for r in sel if r.get(key)]
+                if pts:
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=color,
+                            label=label)
+            ax.axhline(ceiling, ls="--", color="k", lw=1, label=f"read ceiling {ceiling:.2f}")
+            ax.set_xscale("log", base=2)
+            ax.set_title(f"{preset}, batch {batch}", fontsize=9)
+            ax.set_xlabel("context (tokens)")
+            if j == 0:
+                ax.set_ylabel("achieved TB/s")
+    axes[0][0].legend(fontsize=7)
+    gpu = data.get("env", {}).get("gpu", "")
+    fig.suptitle(f"Decode attention, bytes each kernel must move / time ({gpu})", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=110)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="qwen3-8b", choices=sorted(MODELS))
@@ -68,7 +110,12 @@ def main(argv=None) -> int:
     ap.add_argument("--breakdown", action="store_true",
                     help="time each launch of the CuTe decode separately (and --splits sweep)")
     ap.add_argument("--splits", type=int, nargs="*", default=[])
+    ap.add_argument("--plot", nargs=2, metavar=("BENCH_DECODE_JSON", "PNG"),
+                    help="only draw the roofline PNG from a perf/bench_decode.py result")
     a = ap.parse_args(argv)
+    if a.plot:
+        plot_roofline(*a.plot)
+        return 0
     sys.path.insert(0, os.getcwd())
     from perf.harness import env_header, measure_read_bandwidth, time_cuda, tbps
 

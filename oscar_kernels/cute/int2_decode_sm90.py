@@ -86,6 +86,9 @@ class Int2DecodeConfig:
     def merge_name(self) -> str:
         return f"int2_decode_merge_sm90_d{self.head_dim}"
 
+    def rotate_name(self, which: str) -> str:
+        return f"rotate_{which}_sm90_d{self.head_dim}"
+
 
 # ------------------------------------------------------------------ PTX helpers
 def _ptx(code, outs, ins):
@@ -375,13 +378,13 @@ class Int2PagedDecodeSm90:
         pt[2] = blk_next
         pt[3] = pn0
         pt[4] = (ia + w_begin) * CHUNK - pn0 * page_size
-        kbase_h = Int64(h) * Int64(stride_head)
+        head_row = h * stride_head
 
         # ---- prologue of the cp.async ring
         for k in cutlass.range_constexpr(self.stages - 1):
             if k < n_mine:
                 self._issue(kc_ptr, kp_ptr, vc_ptr, vp_ptr, indices_ptr, p_begin, npages,
-                            page_size, stride_page, stride_slot, kbase_h,
+                            page_size, stride_page, stride_slot, head_row,
                             smem_warp + k * self.stage_bytes, lane, pt)
             _cp_commit()
 
@@ -439,7 +442,7 @@ class Int2PagedDecodeSm90:
             j = i + self.stages - 1
             if j < n_mine:
                 self._issue(kc_ptr, kp_ptr, vc_ptr, vp_ptr, indices_ptr, p_begin, npages,
-                            page_size, stride_page, stride_slot, kbase_h,
+                            page_size, stride_page, stride_slot, head_row,
                             smem_warp + (j % self.stages) * self.stage_bytes, lane, pt)
             _cp_commit()
             _cp_wait(self.stages - 1)
@@ -552,7 +555,7 @@ class Int2PagedDecodeSm90:
 
     @cute.jit
     def _issue(self, kc_ptr, kp_ptr, vc_ptr, vp_ptr, indices_ptr, p_begin, npages, page_size,
-               stride_page, stride_slot, kbase_h, sdst, lane, pt):
+               stride_page, stride_slot, hrow, sdst, lane, pt):
         """cp.async the next 16-token chunk (K/V codes + scale/zero pairs) into a ring stage.
 
         Chunks are issued in order; ``pt[3]``/``pt[4]`` track its page number and slot,
@@ -573,25 +576,27 @@ class Int2PagedDecodeSm90:
                 nxt = _ldg_s32(indices_ptr + Int64(p_begin + pt[0] + 32 + lane) * 4)
             pt[2] = nxt
         page = _shfl_idx(pt[1], pn - pt[0])
-        prow = Int64(page) * Int64(stride_page) + kbase_h
+        # row = (page, slot, head) index in units of one token-head; fits int32 (checked on
+        # the host), one wide multiply per address
+        prow = page * stride_page + slot0 * stride_slot + hrow
         rb = self.row_bytes
         if cutlass.const_expr(rb == 32):
             t = lane // 2
             piece = (lane % 2) * 16
-            row = prow + Int64(slot0 + t) * Int64(stride_slot)
-            _cp_async16(sdst + t * rb + piece, kc_ptr + row * rb + piece)
-            _cp_async16(sdst + CHUNK * rb + t * rb + piece, vc_ptr + row * rb + piece)
+            off = Int64(prow + t * stride_slot) * rb + piece
+            _cp_async16(sdst + t * rb + piece, kc_ptr + off)
+            _cp_async16(sdst + CHUNK * rb + t * rb + piece, vc_ptr + off)
         else:
             t = lane % 16
             which = lane // 16
-            row = prow + Int64(slot0 + t) * Int64(stride_slot)
-            src = Int64(cutlass.select_(which == 1, vc_ptr, kc_ptr)) + row * rb
-            _cp_async16(sdst + which * (CHUNK * rb) + t * rb, src)
+            src = Int64(cutlass.select_(which == 1, vc_ptr, kc_ptr))
+            _cp_async16(sdst + which * (CHUNK * rb) + t * rb,
+                        src + Int64(prow + t * stride_slot) * rb)
         t4 = lane % 16
         which4 = lane // 16
-        row4 = prow + Int64(slot0 + t4) * Int64(stride_slot)
-        psrc = Int64(cutlass.select_(which4 == 1, vp_ptr, kp_ptr)) + row4 * 4
-        _cp_async4(sdst + 2 * CHUNK * rb + which4 * (CHUNK * 4) + t4 * 4, psrc)
+        psrc = Int64(cutlass.select_(which4 == 1, vp_ptr, kp_ptr))
+        _cp_async4(sdst + 2 * CHUNK * rb + which4 * (CHUNK * 4) + t4 * 4,
+                   psrc + Int64(prow + t4 * stride_slot) * 4)
 
     def _int2_chunk(self, sbase, pos0, sink, int2_end, qa, qh, acc, st, scale_log2, quad, g,
                     tsel, src0):
@@ -763,13 +768,14 @@ class Int2PagedDecodeSm90:
 
 
 class Int2DecodeMergeSm90:
-    """Merge the splits of :class:`Int2PagedDecodeSm90` and un-rotate: one CTA per
-    (sequence, query head), ``MERGE_PARTS * head_dim`` threads (part ``p``, channel ``d``).
+    """Merge the splits of :class:`Int2PagedDecodeSm90`: one CTA per (sequence, query
+    head), ``MERGE_PARTS * head_dim`` threads (part ``p``, channel ``d``).
 
-    ``o[b, g, e] = sum_d (sum_s w_s o_part[b, g, s, d] / sum_s w_s) * R_V[h, e, d]`` with
+    ``o_rot[b, g, d] = sum_s w_s o_part[b, g, s, d] / sum_s w_s`` with
     ``w_s = 2^(lse2_s - max lse2)``; ``lse = ln 2 * (max lse2 + log2 sum_s w_s)``
-    (``-inf`` and ``o = 0`` for a sequence without tokens). Output float32. Requires
-    ``num_splits <= MERGE_PARTS * head_dim``.
+    (``-inf`` and ``o_rot = 0`` for a sequence without tokens), float32, still in the
+    rotated space (:class:`RowTransformSm90` applies ``R_V^T``). Requires
+    ``num_splits <= MAX_SPLITS``.
     """
 
     def __init__(self, config: Int2DecodeConfig):
@@ -777,17 +783,16 @@ class Int2DecodeMergeSm90:
         self.threads = MERGE_PARTS * self.d
 
     @cute.jit
-    def __call__(self, opart_ptr: Int64, lse_part_ptr: Int64, rv_ptr: Int64, o_ptr: Int64,
-                 lse_ptr: Int64, batch_size: Int32, num_kv_heads: Int32, group: Int32,
-                 num_splits: Int32, rv_head_stride: Int32, stream: cuda.CUstream):
-        self.kernel(opart_ptr, lse_part_ptr, rv_ptr, o_ptr, lse_ptr, group, num_splits,
-                    rv_head_stride).launch(grid=(num_kv_heads * group, batch_size, 1),
+    def __call__(self, opart_ptr: Int64, lse_part_ptr: Int64, o_ptr: Int64, lse_ptr: Int64,
+                 batch_size: Int32, num_kv_heads: Int32, group: Int32, num_splits: Int32,
+                 stream: cuda.CUstream):
+        self.kernel(opart_ptr, lse_part_ptr, o_ptr, lse_ptr, group, num_splits).launch(grid=(num_kv_heads * group, batch_size, 1),
                                            block=(self.threads, 1, 1), stream=stream,
                                            smem=(2 * self.threads + 64) * 4)
 
     @cute.kernel
-    def kernel(self, opart_ptr: Int64, lse_part_ptr: Int64, rv_ptr: Int64, o_ptr: Int64,
-               lse_ptr: Int64, group: Int32, num_splits: Int32, rv_head_stride: Int32):
+    def kernel(self, opart_ptr: Int64, lse_part_ptr: Int64, o_ptr: Int64, lse_ptr: Int64,
+               group: Int32, num_splits: Int32):
         d = self.d
         nthreads = self.threads
         nwarps = nthreads // 32
@@ -798,7 +803,6 @@ class Int2DecodeMergeSm90:
         warp = t // 32
         part = t // d
         ch = t - part * d
-        h = qh // group
         sm = cute.arch.get_dyn_smem(cutlass.Int8, alignment=16).toint()
         s_w = sm                          # [nthreads] split weights
         s_red = sm + nthreads * 4         # [nthreads] partial sums
@@ -847,30 +851,94 @@ class Int2DecodeMergeSm90:
             o = Float32(0.0)
             for pp in cutlass.range_constexpr(MERGE_PARTS):
                 o = o + _lds_f32(s_red + (pp * d + ch) * 4)
-            _sts_f32(s_w + ch * 4, o * inv)      # o_rot[ch] (split weights are consumed)
+            _stg_f32(o_ptr + (row * d + Int64(ch)) * 4, o * inv)
         if t == 0:
             lse = Float32(NEG_INF)
             if tot > Float32(0.0):
                 lse = (mx + _lg2(tot)) * Float32(math.log(2.0))
             _stg_f32(lse_ptr + row * 4, lse)
+
+
+class RowTransformSm90:
+    """``y[b, h, g, :] = x[b, h, g, :] @ M[h]`` for every (sequence, KV head, query head):
+    the query rotation (``M = R_K``, bf16 out) and the output un-rotation
+    (``M = R_V^T``, read transposed from ``R_V``; float32 out).
+
+    One CTA per (KV head, tile of ``ROWS`` rows ``(b, g)``), ``head_dim`` threads (thread
+    ``c`` owns output channel ``c`` of every row of the tile): ``M[h]`` is read once per
+    tile, coalesced (or as contiguous rows when transposed), x rows are staged in smem.
+    ``x`` is float32 ``[B, H, G, D]`` contiguous, ``M`` float32 ``[H or 1, D, D]``.
+    """
+
+    ROWS = 32
+
+    def __init__(self, config: Int2DecodeConfig, transpose_m: bool, out_bf16: bool):
+        self.d = config.head_dim
+        self.transpose_m = transpose_m
+        self.out_bf16 = out_bf16
+
+    @cute.jit
+    def __call__(self, x_ptr: Int64, m_ptr: Int64, y_ptr: Int64, batch_size: Int32,
+                 num_kv_heads: Int32, group: Int32, m_head_stride: Int32,
+                 stream: cuda.CUstream):
+        tiles = (batch_size * group + self.ROWS - 1) // self.ROWS
+        self.kernel(x_ptr, m_ptr, y_ptr, batch_size, num_kv_heads, group,
+                    m_head_stride).launch(grid=(num_kv_heads, tiles, 1), block=(self.d, 1, 1),
+                                          stream=stream, smem=self.ROWS * self.d * 4)
+
+    @cute.kernel
+    def kernel(self, x_ptr: Int64, m_ptr: Int64, y_ptr: Int64, batch_size: Int32,
+               num_kv_heads: Int32, group: Int32, m_head_stride: Int32):
+        d = self.d
+        nr = self.ROWS
+        h, tile, _ = cute.arch.block_idx()
+        c, _, _ = cute.arch.thread_idx()
+        sm = cute.arch.get_dyn_smem(cutlass.Int8, alignment=16).toint()
+        nrows = batch_size * group
+        # stage the tile's rows (zero past the end); row r = b * group + g of head h
+        for r in cutlass.range_constexpr(nr):
+            rr = cutlass.min(tile * nr + r, nrows - 1)
+            b = rr // group
+            g = rr - b * group
+            xoff = ((Int64(b) * Int64(num_kv_heads) + Int64(h)) * Int64(group) + Int64(g)) * d
+            v = _ldg_f32(x_ptr + (xoff + Int64(c)) * 4)
+            keep = Float32(cutlass.select_(tile * nr + r < nrows, 1.0, 0.0))
+            _sts_f32(sm + (r * d + c) * 4, v * keep)
         cute.arch.sync_threads()
-        # o[e] = sum_d o_rot[d] R_V[h, e, d]: thread (part, e) sums its quarter of d
-        e = ch
-        dq = d // MERGE_PARTS
-        rrow = rv_ptr + (Int64(h) * Int64(rv_head_stride) + Int64(e) * d + Int64(part * dq)) * 4
-        acc2 = Float32(0.0)
-        for dd in cutlass.range_constexpr(0, dq, 4):
-            r0, r1, r2, r3 = _ldg_v4f(rrow + dd * 4)
-            o4 = s_w + (part * dq + dd) * 4
-            acc2 = (acc2 + r0 * _lds_f32(o4) + r1 * _lds_f32(o4 + 4) + r2 * _lds_f32(o4 + 8)
-                    + r3 * _lds_f32(o4 + 12))
-        _sts_f32(s_red + t * 4, acc2)
-        cute.arch.sync_threads()
-        if part == 0:
-            o = Float32(0.0)
-            for pp in cutlass.range_constexpr(MERGE_PARTS):
-                o = o + _lds_f32(s_red + (pp * d + e) * 4)
-            _stg_f32(o_ptr + (row * d + Int64(e)) * 4, o)
+        acc = cute.make_rmem_tensor((nr,), Float32)
+        for r in cutlass.range_constexpr(nr):
+            acc[r] = Float32(0.0)
+        mbase = m_ptr + Int64(h) * Int64(m_head_stride) * 4
+        for k in cutlass.range(0, d, 4, unroll=2):
+            if cutlass.const_expr(self.transpose_m):
+                m0, m1, m2, m3 = _ldg_v4f(mbase + (Int64(c) * d + Int64(k)) * 4)
+            else:
+                m0 = _ldg_f32(mbase + (Int64(k) * d + Int64(c)) * 4)
+                m1 = _ldg_f32(mbase + (Int64(k + 1) * d + Int64(c)) * 4)
+                m2 = _ldg_f32(mbase + (Int64(k + 2) * d + Int64(c)) * 4)
+                m3 = _ldg_f32(mbase + (Int64(k + 3) * d + Int64(c)) * 4)
+            for r in cutlass.range_constexpr(nr):
+                x0, x1, x2, x3 = _lds_v4f(sm + (r * d + k) * 4)
+                acc[r] = acc[r] + x0 * m0 + x1 * m1 + x2 * m2 + x3 * m3
+        for r in cutlass.range_constexpr(nr):
+            if tile * nr + r < nrows:
+                rr = tile * nr + r
+                b = rr // group
+                g = rr - b * group
+                yoff = ((Int64(b) * Int64(num_kv_heads) + Int64(h)) * Int64(group) + Int64(g)) * d
+                if cutlass.const_expr(self.out_bf16):
+                    _stg_b16(y_ptr + (yoff + Int64(c)) * 2, acc[r])
+                else:
+                    _stg_f32(y_ptr + (yoff + Int64(c)) * 4, acc[r])
+
+
+def _lds_v4f(addr):
+    return _ptx("ld.shared.v4.f32 {{$w0}, {$w1}, {$w2}, {$w3}}, [{$r0}];", [Float32] * 4, [addr])
+
+
+def _stg_b16(addr, val):
+    """Store ``val`` rounded to bf16."""
+    _ptx("{ .reg .b16 t; cvt.rn.bf16.f32 t, {$r1}; st.global.b16 [{$r0}], t; }", [], [addr, val])
 
 
 def _ldg_f32(addr):
@@ -905,10 +973,21 @@ def compile_decode(config: Int2DecodeConfig):
 
 
 def compile_merge(config: Int2DecodeConfig):
-    """``cute.compile`` the split merge + ``o @ R_V^T`` launcher for ``config``."""
+    """``cute.compile`` the split-merge launcher for ``config``."""
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
     from cutlass.runtime import make_fake_stream
 
     op = Int2DecodeMergeSm90(config)
     z64, z32 = Int64(0), Int32(0)
-    return cute.compile(op, *([z64] * 5), *([z32] * 5), make_fake_stream())
+    return cute.compile(op, *([z64] * 4), *([z32] * 4), make_fake_stream())
+
+
+def compile_rotate(config: Int2DecodeConfig, which: str):
+    """``cute.compile`` the row transform: ``which="q"`` (x @ R_K -> bf16) or ``"o"``
+    (x @ R_V^T -> float32)."""
+    os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+    from cutlass.runtime import make_fake_stream
+
+    op = RowTransformSm90(config, transpose_m=(which == "o"), out_bf16=(which == "q"))
+    z64, z32 = Int64(0), Int32(0)
+    return cute.compile(op, *([z64] * 3), *([z32] * 4), make_fake_stream())
