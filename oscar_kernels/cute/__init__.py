@@ -24,6 +24,8 @@ NUM_WARPS = 4
 CTAS_PER_SM = 4
 MAX_SPLITS = 128
 HEAD_DIMS = (64, 128)
+#: Up to this many (sequence, query head) rows per KV head the 8-row transform kernels run.
+SMALL_ROWS = 64
 
 
 def can_implement(op: str, *, device, spec, num_qo_heads: int, dtype) -> None:
@@ -131,6 +133,8 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
             num_splits]
     scale_log2 = float(sm_scale) * math.log2(math.e)
     kernels = {op: _bundle.get_kernel(op, d) for op in _bundle.OPS}
+    # rows per CTA of the row transforms: 8 when few rows (latency), else 32 (reuse of R)
+    small = "8" if batch_size * group <= SMALL_ROWS else ""
     q32 = q if q.dtype == torch.float32 and q.is_contiguous() else None
 
     def stream():
@@ -140,7 +144,7 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
         # q' = q @ R_K per KV head, bf16 for the tensor cores
         x = q32 if q32 is not None else q.float().contiguous()
         with torch.cuda.device(dev):
-            kernels["rotate_q"](x.data_ptr(), rot_k.data_ptr(), q_rot.data_ptr(), batch_size, h,
+            kernels["rotate_q" + small](x.data_ptr(), rot_k.data_ptr(), q_rot.data_ptr(), batch_size, h,
                                 group, rk_stride, stream())
 
     def run_decode():
@@ -152,7 +156,7 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
         with torch.cuda.device(dev):
             kernels["merge"](o_part.data_ptr(), lse_part.data_ptr(), o_rot.data_ptr(),
                              lse.data_ptr(), batch_size, h, group, num_splits, stream())
-            kernels["rotate_o"](o_rot.data_ptr(), rot_v.data_ptr(), o32.data_ptr(), batch_size,
+            kernels["rotate_o" + small](o_rot.data_ptr(), rot_v.data_ptr(), o32.data_ptr(), batch_size,
                                 h, group, rv_stride, stream())
 
     steps = [("rotate_q", rotate_q), ("decode", run_decode), ("merge", run_merge)]

@@ -3,8 +3,8 @@ else the ahead-of-time bundle built by :mod:`oscar_kernels.cute.aot`.
 
 A bundle is a directory with ``manifest.json`` and one ``lib<name>.so`` per kernel (C ABI
 ``int <name>_load(void)`` and ``int <name>_run(...)``: for ``decode`` 13 int64 pointers,
-10 int32, one float and the stream; ``merge`` 4 pointers, 4 int32; ``rotate_q``/``rotate_o``
-3 pointers, 4 int32; each ends with the stream).
+10 int32, one float and the stream; ``merge`` 4 pointers, 4 int32; ``rotate_q``/``rotate_o`` (and their 8-row
+variants ``rotate_q8``/``rotate_o8``) 3 pointers, 4 int32; each ends with the stream).
 The directory is ``$OSCAR_CUTE_BUNDLE`` when set, else ``oscar_kernels/cute/prebuilt``.
 ``OSCAR_CUTE_MODE=bundle`` or ``=jit`` forces one source. Nothing here needs a GPU to
 import; loading a library needs ``libcudart.so.13`` (import torch first, it loads it).
@@ -31,6 +31,8 @@ _ARGTYPES = {
     "merge": [ctypes.c_int64] * 4 + [ctypes.c_int32] * 4 + [ctypes.c_void_p],
     "rotate_q": [ctypes.c_int64] * 3 + [ctypes.c_int32] * 4 + [ctypes.c_void_p],
     "rotate_o": [ctypes.c_int64] * 3 + [ctypes.c_int32] * 4 + [ctypes.c_void_p],
+    "rotate_q8": [ctypes.c_int64] * 3 + [ctypes.c_int32] * 4 + [ctypes.c_void_p],
+    "rotate_o8": [ctypes.c_int64] * 3 + [ctypes.c_int32] * 4 + [ctypes.c_void_p],
 }
 OPS = tuple(_ARGTYPES)
 
@@ -46,8 +48,10 @@ def bundle_dir() -> str:
 def kernel_name(op: str, head_dim: int) -> str:
     return {"decode": f"int2_decode_sm90_d{head_dim}",
             "merge": f"int2_decode_merge_sm90_d{head_dim}",
-            "rotate_q": f"rotate_q_sm90_d{head_dim}",
-            "rotate_o": f"rotate_o_sm90_d{head_dim}"}[op]
+            "rotate_q": f"rotate_q_r32_sm90_d{head_dim}",
+            "rotate_o": f"rotate_o_r32_sm90_d{head_dim}",
+            "rotate_q8": f"rotate_q_r8_sm90_d{head_dim}",
+            "rotate_o8": f"rotate_o_r8_sm90_d{head_dim}"}[op]
 
 
 def cutlass_available() -> bool:
@@ -142,7 +146,7 @@ def _load_jit_kernel(op: str, head_dim: int) -> Callable:
     elif op == "merge":
         compiled = compile_merge(cfg)
     else:
-        compiled = compile_rotate(cfg, op[-1])
+        compiled = compile_rotate(cfg, op[7], 8 if op.endswith("8") else 32)
 
     def launch(*args) -> None:
         *rest, stream = args

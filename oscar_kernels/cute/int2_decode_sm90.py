@@ -86,8 +86,8 @@ class Int2DecodeConfig:
     def merge_name(self) -> str:
         return f"int2_decode_merge_sm90_d{self.head_dim}"
 
-    def rotate_name(self, which: str) -> str:
-        return f"rotate_{which}_sm90_d{self.head_dim}"
+    def rotate_name(self, which: str, rows: int = 32) -> str:
+        return f"rotate_{which}_r{rows}_sm90_d{self.head_dim}"
 
 
 # ------------------------------------------------------------------ PTX helpers
@@ -864,18 +864,18 @@ class RowTransformSm90:
     the query rotation (``M = R_K``, bf16 out) and the output un-rotation
     (``M = R_V^T``, read transposed from ``R_V``; float32 out).
 
-    One CTA per (KV head, tile of ``ROWS`` rows ``(b, g)``), ``head_dim`` threads (thread
+    One CTA per (KV head, tile of ``rows`` rows ``(b, g)``; 8 or 32), ``head_dim`` threads (thread
     ``c`` owns output channel ``c`` of every row of the tile): ``M[h]`` is read once per
     tile, coalesced (or as contiguous rows when transposed), x rows are staged in smem.
     ``x`` is float32 ``[B, H, G, D]`` contiguous, ``M`` float32 ``[H or 1, D, D]``.
     """
 
-    ROWS = 32
-
-    def __init__(self, config: Int2DecodeConfig, transpose_m: bool, out_bf16: bool):
+    def __init__(self, config: Int2DecodeConfig, transpose_m: bool, out_bf16: bool,
+                 rows: int = 32):
         self.d = config.head_dim
         self.transpose_m = transpose_m
         self.out_bf16 = out_bf16
+        self.ROWS = rows
 
     @cute.jit
     def __call__(self, x_ptr: Int64, m_ptr: Int64, y_ptr: Int64, batch_size: Int32,
@@ -909,7 +909,7 @@ class RowTransformSm90:
         for r in cutlass.range_constexpr(nr):
             acc[r] = Float32(0.0)
         mbase = m_ptr + Int64(h) * Int64(m_head_stride) * 4
-        for k in cutlass.range(0, d, 4, unroll=2):
+        for k in cutlass.range_constexpr(0, d, 4):   # fully unrolled: M loads all in flight
             if cutlass.const_expr(self.transpose_m):
                 m0, m1, m2, m3 = _ldg_v4f(mbase + (Int64(c) * d + Int64(k)) * 4)
             else:
@@ -982,12 +982,13 @@ def compile_merge(config: Int2DecodeConfig):
     return cute.compile(op, *([z64] * 4), *([z32] * 4), make_fake_stream())
 
 
-def compile_rotate(config: Int2DecodeConfig, which: str):
+def compile_rotate(config: Int2DecodeConfig, which: str, rows: int = 32):
     """``cute.compile`` the row transform: ``which="q"`` (x @ R_K -> bf16) or ``"o"``
-    (x @ R_V^T -> float32)."""
+    (x @ R_V^T -> float32), ``rows`` rows per CTA (8 for small batches, 32)."""
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
     from cutlass.runtime import make_fake_stream
 
-    op = RowTransformSm90(config, transpose_m=(which == "o"), out_bf16=(which == "q"))
+    op = RowTransformSm90(config, transpose_m=(which == "o"), out_bf16=(which == "q"),
+                          rows=rows)
     z64, z32 = Int64(0), Int32(0)
     return cute.compile(op, *([z64] * 3), *([z32] * 4), make_fake_stream())
