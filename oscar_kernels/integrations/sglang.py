@@ -492,7 +492,8 @@ def _around_match_kv_cache(original, req, tree_cache, token_ids=None, *args, **k
     cfg = OscarConfig.from_env()
     keep = reusable_prefix_len(p, sink_size=cfg.sink_size, recent_size=cfg.recent_size,
                                page_size=page_size_of_active_pool(),
-                               have_sinks=has_sink_entry(_req_sink_key(req, cfg.sink_size)))
+                               have_sinks=cfg.sink_size == 0
+                               or has_sink_entry(_req_sink_key(req, cfg.sink_size)))
     if keep < p:
         kwargs["max_prefix_len"] = keep
         result = original(req, tree_cache, token_ids, *args, **kwargs)

@@ -375,7 +375,7 @@ class OscarInt2AttnBackend(AttentionBackend):
             if entry is not None:  # exact BF16 sinks of this prefix
                 cache.k_window[slot, :s_] = sk[entry]
                 cache.v_window[slot, :s_] = sv[entry]
-            elif prefix_len > 0:
+            elif prefix_len > 0 and s_ > 0:
                 log.warning("oscar int2: sink rows of a reused prefix were evicted from the "
                             "sink store; rebuilding them from INT2 pages")
             # ring rows before the reused prefix end; only the recomputed queries read them

@@ -392,10 +392,12 @@ def test_prefix_match_hook_cuts_new_requests_only(hooks_applied):
             assert plugin._around_match_kv_cache(fake_match, req(False), None) == 736
         finally:
             sb._ACTIVE_POOL.remove(pool)
+        os.environ["OSCAR_SINK_SIZE"] = "0"  # no sinks to keep: only the recent cut
+        assert plugin._around_match_kv_cache(fake_match, req(False), None) == 744
     finally:
         os.environ.pop("OSCAR_SINK_SIZE")
         os.environ.pop("OSCAR_RECENT_SIZE")
-    assert calls == [None, None, 0, None, 736]
+    assert calls == [None, None, 0, None, 736, None, 744]
 
 
 def test_alloc_hooks_mark_rows(hooks_applied):
