@@ -47,7 +47,8 @@ def parse_triton_configs(text: str):
     """``"128x4x2,128x4x2:r168:t792:slow"`` → DecodeConfig list.
 
     ``BNxWARPSxSTAGES`` then optional ``:rN`` (maxnreg), ``:tN`` (target programs),
-    ``:sN`` (fixed split count), ``:slow`` (element-wise unpack instead of the PTX one).
+    ``:sN`` (fixed split count), ``:slow`` (element-wise unpack instead of the PTX one),
+    ``:norot`` (queries rotated by a torch GEMM before the launch).
     """
     from oscar_kernels.triton_ref.paged_decode import DecodeConfig
 
@@ -59,6 +60,8 @@ def parse_triton_configs(text: str):
         for o in opts:
             if o == "slow":
                 kw["fast_unpack"] = False
+            elif o == "norot":
+                kw["rotate_in_kernel"] = False
             elif o[0] == "r":
                 kw["maxnreg"] = int(o[1:])
             elif o[0] == "t":
@@ -68,6 +71,24 @@ def parse_triton_configs(text: str):
             else:
                 raise ValueError(f"--triton-configs: unknown option {o!r} in {item!r}")
         out.append((item, DecodeConfig(**kw)))
+    return out
+
+
+def kernel_breakdown(fn, iters: int = 20) -> dict:
+    """Average GPU microseconds per call of each kernel ``fn`` launches (torch profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+    out = {}
+    for e in prof.key_averages():
+        total = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
+        if total and e.count:
+            out[e.key[:60]] = round(total / iters, 2)
     return out
 
 
@@ -195,6 +216,8 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--rep", type=int, default=30)
     p.add_argument("--budget", type=float, default=420.0, help="seconds; later shapes skipped")
+    p.add_argument("--profile", action="store_true",
+                   help="per-kernel GPU time of the best Triton config (torch profiler, eager)")
     p.add_argument("--stem", default=None)
     p.add_argument("--out-dir", default=None)
     args = p.parse_args(argv)
@@ -245,6 +268,16 @@ def main(argv=None) -> int:
                         per_cfg[name] = time_cuda(fn, warmup=args.warmup, rep=args.rep)["median_ms"]
                     best = min(per_cfg, key=per_cfg.get)
                     row.update(triton_ms=per_cfg[best], triton_config=best, triton_sweep=per_cfg)
+                    if args.profile:
+                        cfg_best = dict(configs)[best]
+                        try:
+                            row["triton_kernels_us"] = kernel_breakdown(
+                                lambda: paged_decode_attention_triton(case["q"], case["cache"], *tab,
+                                                                      out=out, config=cfg_best))
+                            print(f"[profile] B={batch} L={ctx} {best}: {row['triton_kernels_us']}",
+                                  flush=True)
+                        except Exception as exc:  # noqa: BLE001 - profiler unavailable
+                            row["triton_kernels_us"] = f"{type(exc).__name__}: {str(exc)[:120]}"
                     row["triton_TBps"] = tbps(row["int2_bytes"], row["triton_ms"])
                     if cute_mod is not None:
                         try:

@@ -20,9 +20,11 @@ Two kernels:
   output ``[GQA, D]`` (rotated space) and base-2 lse. The KV head is the fastest grid
   axis, so the programs of all heads of one token slice run together and share the
   NHD cache lines of codes and params in L2.
-* ``_decode_merge_kernel``, grid ``(num_kv_heads, batch_size)``: log-sum-exp merge of the
-  splits and the un-rotation ``o = o' @ R_V[h]^T`` (fp32), written in ``q``'s dtype into
-  ``out``, plus the natural-log lse.
+* ``_decode_merge_kernel``, grid ``(num_kv_heads, batch_size, D / BLOCK_DO)``: log-sum-exp
+  merge of the splits and the un-rotation ``o = o' @ R_V[h]^T`` (fp32) of ``BLOCK_DO``
+  output columns per program (each program re-merges the L2-resident partials, so a
+  batch-1 merge runs on ``H · D / BLOCK_DO`` programs instead of ``H``), written in
+  ``q``'s dtype into ``out``, plus the natural-log lse.
 
 Nothing dequantized is written to global memory; partials are ``B·H·parts·GQA·D`` floats
 (``parts = NWIN + splits``). The launcher never reads device memory on the host (CUDA-graph
@@ -55,19 +57,22 @@ class DecodeConfig:
     ``num_splits=None`` picks ``ceil(target_programs / (batch · heads))`` INT2 splits,
     capped so that a split averages at least ``min_split_tokens`` tokens. ``maxnreg``
     caps registers per thread (168 lets three 4-warp programs share an SM; the kernel
-    otherwise takes ~243 and two fit), ``fast_unpack`` selects the PTX unpack.
+    otherwise takes ~243 and two fit: 2.12 → 1.53 ms at batch 32, 64K, with
+    ``num_stages=3``; perf/results/2026-11-29_h200_bench_decode_sweep.json), ``fast_unpack`` selects the PTX unpack,
+    ``rotate_in_kernel=False`` rotates the queries with one torch GEMM before the launch.
     """
 
     block_n: int = 128
     block_w: int = 32
     num_warps: int = 4
-    num_stages: int = 2
+    num_stages: int = 3
     num_splits: int | None = None
     target_programs: int = 528
     min_split_tokens: int = 256
     window_chunk: int = 64
     fast_unpack: bool = True
-    maxnreg: int | None = None
+    maxnreg: int | None = 168
+    rotate_in_kernel: bool = True
 
 
 def default_decode_config(device: torch.device) -> DecodeConfig:
@@ -98,7 +103,7 @@ def _paged_decode_split_kernel(
     PAGE_SIZE: tl.constexpr, SINK: tl.constexpr, RECENT: tl.constexpr,
     D: tl.constexpr, GQA: tl.constexpr, GP: tl.constexpr, NG: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, NWIN: tl.constexpr, WCHUNK: tl.constexpr,
-    DOT16: tl.constexpr, FAST_UNPACK: tl.constexpr,
+    DOT16: tl.constexpr, FAST_UNPACK: tl.constexpr, QROT: tl.constexpr,
 ):
     h = tl.program_id(0)
     sp = tl.program_id(1)
@@ -114,11 +119,20 @@ def _paged_decode_split_kernel(
     rmask = r < GQA
     qrows = q_ptr + b * stride_qb + (h * GQA + r) * stride_qh                # [GP] row pointers
     qmask = rmask
-    rb = rot_k_ptr + h * stride_rh
-    q0 = _rotate_quarter(qrows, qmask, rb, stride_rd, 0, D, PD) * qk_scale         # [GP, PD]
-    q1 = _rotate_quarter(qrows, qmask, rb, stride_rd, 1, D, PD) * qk_scale
-    q2 = _rotate_quarter(qrows, qmask, rb, stride_rd, 2, D, PD) * qk_scale
-    q3 = _rotate_quarter(qrows, qmask, rb, stride_rd, 3, D, PD) * qk_scale
+    if QROT:
+        rb = rot_k_ptr + h * stride_rh
+        q0 = _rotate_quarter(qrows, qmask, rb, stride_rd, 0, D, PD) * qk_scale     # [GP, PD]
+        q1 = _rotate_quarter(qrows, qmask, rb, stride_rd, 1, D, PD) * qk_scale
+        q2 = _rotate_quarter(qrows, qmask, rb, stride_rd, 2, D, PD) * qk_scale
+        q3 = _rotate_quarter(qrows, qmask, rb, stride_rd, 3, D, PD) * qk_scale
+    else:
+        # q already rotated and scaled by the launcher (fp32)
+        jq = tl.arange(0, PD)
+        qp = qrows[:, None] + jq[None, :]
+        q0 = tl.load(qp, mask=qmask[:, None], other=0.0).to(tl.float32)
+        q1 = tl.load(qp + PD, mask=qmask[:, None], other=0.0).to(tl.float32)
+        q2 = tl.load(qp + 2 * PD, mask=qmask[:, None], other=0.0).to(tl.float32)
+        q3 = tl.load(qp + 3 * PD, mask=qmask[:, None], other=0.0).to(tl.float32)
 
     m_i = tl.full([GP], float("-inf"), tl.float32)
     l_i = tl.zeros([GP], tl.float32)
@@ -204,6 +218,7 @@ def _decode_merge_kernel(
 ):
     h = tl.program_id(0)
     b = tl.program_id(1)
+    c0 = tl.program_id(2) * BLOCK_DO                   # this program's output columns
     num_heads = tl.num_programs(0)
     r = tl.arange(0, GM)
     rmask = r < GQA
@@ -236,15 +251,13 @@ def _decode_merge_kernel(
     lse = tl.where(has, (m_safe + tl.log2(tl.where(has, wsum, 1.0))) * 0.6931471805599453,
                    float("-inf"))
     heads = h * GQA + r
-    tl.store(lse_ptr + b * stride_lb + heads, lse, mask=rmask)
-    # un-rotate once: o[:, c] = sum_k o'[:, k] * R_V[h][c, k]
-    rb = rot_v_ptr + h * stride_rh
-    for c0 in tl.static_range(0, D, BLOCK_DO):
-        c = c0 + tl.arange(0, BLOCK_DO)
-        rv = tl.load(rb + c[:, None] * stride_rd + dd[None, :])             # [BLOCK_DO, D]
-        out = tl.sum(o_rot[:, None, :] * rv[None, :, :], axis=2)            # [GM, BLOCK_DO]
-        tl.store(o_ptr + b * stride_ob + heads[:, None] * stride_oh + c[None, :],
-                 out.to(o_ptr.dtype.element_ty), mask=rmask[:, None])
+    tl.store(lse_ptr + b * stride_lb + heads, lse, mask=rmask & (c0 == 0))
+    # un-rotate once: o[:, c] = sum_k o'[:, k] * R_V[h][c, k] for c in this program's columns
+    c = c0 + tl.arange(0, BLOCK_DO)
+    rv = tl.load(rot_v_ptr + h * stride_rh + c[:, None] * stride_rd + dd[None, :])  # [BDO, D]
+    out = tl.sum(o_rot[:, None, :] * rv[None, :, :], axis=2)                # [GM, BLOCK_DO]
+    tl.store(o_ptr + b * stride_ob + heads[:, None] * stride_oh + c[None, :],
+             out.to(o_ptr.dtype.element_ty), mask=rmask[:, None])
 
 
 def paged_decode_attention_triton(q: torch.Tensor, cache, kv_indptr: torch.Tensor,
@@ -306,24 +319,32 @@ def paged_decode_attention_triton(q: torch.Tensor, cache, kv_indptr: torch.Tenso
     sw = cache.k_window.stride()
     dot16 = not interpret_mode(q.device)
     gp = max(16, triton.next_power_of_2(gqa))
+    q_in, qk_scale = q, float(sm_scale) * LOG2E
+    if not cfg.rotate_in_kernel:
+        # one batched fp32 GEMM: q' = (q @ R_K[h]) * sm_scale * log2(e), [B, Hq, D]
+        q_in = torch.matmul(q.to(torch.float32).reshape(batch_size, h, gqa, d), rot_k[None])
+        q_in = (q_in * qk_scale).view(batch_size, num_qo_heads, d)
+        qk_scale = 1.0
     _paged_decode_split_kernel[(h, parts, batch_size)](
-        q, q.stride(0), q.stride(1), rot_k, rot_k.stride(0), rot_k.stride(1),
+        q_in, q_in.stride(0), q_in.stride(1), rot_k, rot_k.stride(0), rot_k.stride(1),
         cache.k_codes, cache.v_codes, *sc, cache.k_params, cache.v_params, *sp,
         cache.k_window, cache.v_window, sw[0], sw[1], sw[2],
         kv_indptr, kv_indices, kv_last_page_len, window_slots,
-        part_o, part_lse, splits, float(sm_scale) * LOG2E,
+        part_o, part_lse, splits, qk_scale,
         PAGE_SIZE=spec.page_size, SINK=spec.sink_size, RECENT=spec.recent_size,
         D=d, GQA=gqa, GP=gp, NG=spec.num_groups, BLOCK_N=cfg.block_n, BLOCK_W=cfg.block_w,
         NWIN=nwin, WCHUNK=wchunk, DOT16=dot16, FAST_UNPACK=dot16 and cfg.fast_unpack,
+        QROT=cfg.rotate_in_kernel,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **({"maxnreg": cfg.maxnreg} if cfg.maxnreg and not interpret_mode(q.device) else {}),
     )
     gm = triton.next_power_of_2(gqa)
     block_s = max(1, min(triton.next_power_of_2(parts), 4096 // (gm * d)))
-    _decode_merge_kernel[(h, batch_size)](
+    block_do = max(1, min(d, 8192 // (gm * d), 32))
+    _decode_merge_kernel[(h, batch_size, d // block_do)](
         part_o, part_lse, parts, rot_v, rot_v.stride(0), rot_v.stride(1),
         out, out.stride(0), out.stride(1), lse, lse.stride(0),
-        D=d, GQA=gqa, GM=gm, BLOCK_S=block_s, BLOCK_DO=max(1, min(d, 8192 // (gm * d))),
+        D=d, GQA=gqa, GM=gm, BLOCK_S=block_s, BLOCK_DO=block_do,
         num_warps=4,
     )
     if result is not None and result.data_ptr() != out.data_ptr():

@@ -244,7 +244,10 @@ def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
     max_chunk = int(chunk.max())
     gp = triton.next_power_of_2(gqa)
     interp = interpret_mode(q.device)
-    block_m = 16 if interp else 64
+    # 16 query rows and 4 warps: the MMAv2 (mma.sync) path the decode kernel runs. With 64
+    # rows Triton picks wgmma for these fp16/TF32 operand mixes and the kernel read out of
+    # bounds or returned wrong values on the H200 (tests/triton_ref, 2026-11-29).
+    block_m = 16
     block_q = max(1, block_m // gp)
     block_n = 32 if interp else 64
     sc = page_strides(cache.k_codes, spec.kv_layout)
@@ -261,7 +264,7 @@ def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
         float(sm_scale) * LOG2E,
         PAGE_SIZE=spec.page_size, SINK=spec.sink_size, RECENT=spec.recent_size,
         D=d, GQA=gqa, GP=gp, NG=spec.num_groups, BLOCK_Q=block_q, BLOCK_N=block_n,
-        DOT16=not interp, num_warps=8, num_stages=1,
+        DOT16=not interp, num_warps=4, num_stages=1,
     )
     quantize_append_paged_kv_cache_triton(cache, append_key, append_value, batch_indices,
                                           positions, *table, write_pages=False,

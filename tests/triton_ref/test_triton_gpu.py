@@ -70,8 +70,9 @@ def test_decode_gpu(d, h, gqa, ps, g, layout, sdt, lens):
     assert float((lse - lse_ref).abs().max()) < 1e-2
     # launch variants the benchmark sweeps: element-wise unpack, capped registers, small blocks
     rkh, rvh = case["rot"].per_head(h)
-    for cfg in (DecodeConfig(fast_unpack=False), DecodeConfig(maxnreg=168),
-                DecodeConfig(block_n=64, num_stages=3, target_programs=792)):
+    for cfg in (DecodeConfig(fast_unpack=False), DecodeConfig(maxnreg=None, num_stages=2),
+                DecodeConfig(block_n=64, target_programs=792, window_chunk=32),
+                DecodeConfig(rotate_in_kernel=False, target_programs=396)):
         out_v = torch.full_like(q, float("nan"))
         o_v, lse_v = paged_decode_attention_triton(q, case["cache"], *tab, rkh, rvh,
                                                    1.0 / d ** 0.5, out=out_v, config=cfg)

@@ -10,6 +10,7 @@ in fp32 storage.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -129,6 +130,13 @@ def test_decode_matches_reference(d, h, gqa, ps, g, layout, sdt):
                                                 return_lse=True, backend="reference")
     assert o.data_ptr() == out.data_ptr() and not bool(out.isnan().any())
     assert rel_err(o, o_ref) < 1e-5
+    from oscar_kernels.triton_ref.paged_decode import (default_decode_config,
+                                                       paged_decode_attention_triton)
+
+    cfg = dataclasses.replace(default_decode_config(q.device), rotate_in_kernel=False)
+    rk, rv = case["rot"].per_head(h)
+    o2, _ = paged_decode_attention_triton(q, case["cache"], *tab, rk, rv, d ** -0.5, config=cfg)
+    assert rel_err(o2, o_ref) < 1e-5
     assert torch.equal(lse[0], lse_ref[0]) and bool(torch.isinf(lse[0]).all())
     assert float((lse[1:] - lse_ref[1:]).abs().max()) < 1e-4
     assert float(o[0].abs().max()) == 0.0
