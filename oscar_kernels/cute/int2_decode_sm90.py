@@ -3,46 +3,67 @@
 What it computes
 ----------------
 One query per sequence over the mixed INT2/BF16 paged cache of docs/format.md, in the
-rotated space: for every (sequence ``b``, KV head ``h``, query head ``g`` of the group)
+rotated space, for every (sequence ``b``, KV head ``h``, query head ``g`` of its group)::
 
-    score_t = s_t * (q'_g . code_t) + z_t * sum(q'_g)        (INT2 token: scale s_t, zero z_t)
-    score_t = q'_g . k'_t                                     (BF16 sink/recent token)
-    o'_g    = sum_t p_t s^v_t code^v_t + (sum_t p_t z^v_t) * 1   (+ BF16 tokens: p_t v'_t)
+    score_t = s_t (q'_g . c_t) + z_t sum(q'_g)          INT2 token t (scale s_t, zero z_t)
+    score_t = q'_g . k'_t                                 BF16 sink/recent token
+    o'_g    = sum_t p_t s^v_t c^v_t + (sum_t p_t z^v_t) 1  (+ BF16 tokens: p_t v'_t)
 
-split over KV (grid ``(num_splits, num_kv_heads, batch_size)``, 4 warps per CTA, each warp
-one independent split of 16-token chunks). Each warp writes a normalized partial output
-and its base-2 log-sum-exp; :func:`oscar_kernels.cute.decode` merges the partials and
-applies ``o @ R_V^T`` (torch, graph-safe, no host sync). ``q' = q @ R_K`` is a torch matmul
-before the launch.
+Kernels (one specialization per ``head_dim`` in {64, 128}; everything else is a runtime
+argument, so the ahead-of-time bundle holds 6 small libraries per head_dim):
 
-Tensor cores: both products use ``mma.sync.m16n8k16`` (HMMA, bf16 in, fp32 accumulate).
-QK is ``S = Q K^T`` with the query heads of one KV head as the M rows (padded to 16) and 8
-tokens per N tile; PV is ``O^T = V^T P^T`` with the head dim as M and the same 16 tokens as
-K, so the QK accumulator fragment is exactly the PV B fragment (no shuffles, no smem).
+* :class:`RowTransformSm90` ``q' = q @ R_K`` (bf16 out), and after the merge
+  ``o = o' @ R_V^T`` (float32 out); 8- or 32-row tiles per CTA.
+* :class:`Int2PagedDecodeSm90` the attention, split over KV: grid
+  ``(num_splits, num_kv_heads, batch_size)``, 4 warps per CTA; warp ``w`` of split ``s`` owns
+  a contiguous range of 16-token INT2 chunks (one page lookup per chunk: ``page_size % 16
+  == 0``; a 32-entry block of page ids lives in registers, one per lane) plus every
+  ``4 * num_splits``-th BF16 window chunk. The 4 warps are combined through shared memory
+  at the end, so each CTA writes one normalized partial and its base-2 log-sum-exp.
+* :class:`Int2DecodeMergeSm90` merges the splits (graph-safe: ``num_splits`` depends on
+  shapes only, never on lengths; no host synchronization anywhere).
 
-Dequantization is folded per token (scale/zero applied to the fp32 scores and folded into
-``P``), so codes go to the tensor cores as exact small integers. 2-bit -> bf16 conversion is
-two instructions per pair of values: ``lop3((w >> 2i) & 0x00030003 | 0x43004300)`` makes
-the bf16 pair ``128 + code`` and one ``sub.bf16x2`` removes the 128 (no int->float
-instructions). Because the byte layout puts channels ``j, j + D/4, j + D/2, j + 3D/4`` in
-one byte, the MMA K (resp. M) index is a fixed permutation of the channels: the kernel
-loads the query (and writes the output) through the same permutation, so codes are used
-as loaded (8 bytes per token and thread for K, a 4-byte word for V, ``prmt`` interleaves
-two tokens for the V operand).
+Data movement: each warp is its own producer: ``cp.async`` (LDGSTS) of whole chunks (K and
+V codes 2 x 16 x D/4 bytes, 2 x 16 scale/zero pairs) into a private 8-stage shared-memory
+ring (36 KB per CTA at D = 128), ``cp.async.wait_group`` + ``bar.warp.sync`` per chunk.
+No TMA: a chunk is 16 scattered 32-byte rows of one head (NHD) and per-warp cp.async keeps
+the page walk in registers. BF16 window chunks use plain vector loads (few per sequence).
 
-Memory: plain ``ld.global.nc`` vector loads straight into registers (no TMA, no cp.async,
-no smem pipeline in this version; latency hiding comes from occupancy and the split over
-many warps). A 16-token chunk lies inside one page (``page_size % 16 == 0``), so there is
-one page-table lookup per chunk.
+Tensor cores (HMMA ``mma.sync.m16n8k16``, bf16 in, fp32 accumulate):
+``S^T = K Q^T`` with 16 tokens as M, the (up to 8) query heads of the KV head as N and
+16 channels as K (8 MMAs per 16 tokens at D = 128, no padded rows); ``O^T = V^T P^T`` with
+16 channels as M, heads as N, the 16 tokens as K. The S^T accumulator is moved to the P^T
+operand with 4 shuffles + 2 ``prmt`` per chunk.
 
-Constraints (``can_implement`` in oscar_kernels/cute/__init__.py enforces them):
-``head_dim`` in {64, 128}; ``group_size == head_dim`` (one scale/zero per token and head);
-fp16 scales; ``page_size % 16 == 0``; GQA ratio 1..8; NHD or HND pages; q bf16/fp16/fp32
-(rotated to bf16 before the kernel); sm_90 only.
+Dequantization folded per token, codes reach the MMA as exact bf16 values: one ``lop3``
+per bf16 pair, ``(w & mask_i) | 0x43004300`` = ``128 + m_i code`` with the 2-bit field of
+channel quarter ``i`` already at mantissa bits ``2i`` (``m_i`` = 1, 4, 16; quarter 3 takes
+one ``shr`` by 2 per word and ``m_3`` = 16). The query is pre-divided by ``m_i`` (exact),
+window operands are multiplied by ``m_i``, and the 128 offsets are removed after the MMAs
+(``-128 sum_i q'_i / m_i`` per score, ``-128 sum_t p~_t`` per output column, ``p~`` the
+bf16-rounded probabilities the MMA saw). The byte layout (channels ``j + iD/4`` in byte
+``j``) makes the MMA K/M index a fixed channel permutation; the query is loaded and the
+output written through it, so no data is shuffled. Softmax: online per head column; the
+8-lane max reduction and the O/l rescale run in one warp-uniform branch only when some
+lane's scores exceed the running max.
 
-Static compile key: ``head_dim`` only; batch, heads, page size, strides, GQA ratio,
-sink/recent sizes and the number of splits are runtime arguments, so one specialization per
-head_dim serves every config (the ahead-of-time bundle holds two kernels).
+Why these roles and tiles (measured, perf/results/2026-11-29_h200_cute_*): there is no
+separate producer warp because the consumer is the bottleneck, not memory: the INT2 loop
+is about 300 SASS instructions per 16-token chunk (unpack ~90, HMMA 16, softmax/stats ~60,
+cp.async issue ~45) and the kernel reaches ~45 % of the measured HBM read ceiling at batch
+>= 32 with 16 resident warps per SM (4 CTAs, launch bound at 128 registers). Steps on
+qwen3-8b batch 32 / 128K (fraction of the read ceiling): register loads, no ring, S = Q K^T
+with 8 padded rows, sub.bf16x2 unpack, 159 registers: 19 %; + cp.async ring and the
+lop3-only unpack: 34 %; + S^T = K Q^T, warp transpose of P, lazy rescale: 40 %; + in-CTA
+warp combine and 128-register launch bound: 42 %; + lazy max reduction: 46 %.
+
+Resource usage (cuobjdump, this bundle): decode D=128 128 registers, 0 spill, 36,864 B
+dynamic smem, 32 HMMA.16816.F32.BF16 + 24 LDGSTS in the SASS (no UTMALDG); decode D=64
+116 registers; merge 32; row transforms 48-96; no local memory anywhere.
+
+Constraints (``oscar_kernels.cute.can_implement``): ``head_dim`` 64 or 128;
+``group_size == head_dim``; fp16 scales; ``page_size % 16 == 0``; GQA ratio 1..8; NHD or
+HND pages; ``num_pages * page_size * num_kv_heads < 2**31``; sm_90.
 """
 
 from __future__ import annotations
