@@ -48,12 +48,16 @@ def parse_triton_configs(text: str):
 
     ``BNxWARPSxSTAGES`` then optional ``:rN`` (maxnreg), ``:tN`` (target programs),
     ``:sN`` (fixed split count), ``:slow`` (element-wise unpack instead of the PTX one),
-    ``:norot`` (queries rotated by a torch GEMM before the launch).
+    ``:norot`` / ``:rot`` (queries rotated by a torch GEMM before the launch / in the
+    kernel; default: by batch, see ``DecodeConfig``). ``default`` alone is ``DecodeConfig()``.
     """
     from oscar_kernels.triton_ref.paged_decode import DecodeConfig
 
     out = []
     for item in filter(None, text.split(",")):
+        if item == "default":
+            out.append((item, DecodeConfig()))
+            continue
         body, *opts = item.replace("@", ":t").split(":")
         bn, nw, ns = (int(x) for x in body.split("x"))
         kw = dict(block_n=bn, num_warps=nw, num_stages=ns)
@@ -62,6 +66,8 @@ def parse_triton_configs(text: str):
                 kw["fast_unpack"] = False
             elif o == "norot":
                 kw["rotate_in_kernel"] = False
+            elif o == "rot":
+                kw["rotate_in_kernel"] = True
             elif o[0] == "r":
                 kw["maxnreg"] = int(o[1:])
             elif o[0] == "t":
@@ -209,7 +215,7 @@ def main(argv=None) -> int:
     p.add_argument("--contexts", default="8192,32768,65536,131072")
     p.add_argument("--page-size", type=int, default=16)
     p.add_argument("--baselines", default="flashinfer,sdpa")
-    p.add_argument("--triton-configs", default="64x4x2",
+    p.add_argument("--triton-configs", default="default",
                    help="block_n x num_warps x num_stages[@target_programs], comma separated; "
                         "every config is timed, the fastest is reported as 'triton'")
     p.add_argument("--fi-site", default=None, help="site dir made by setup_site.py")

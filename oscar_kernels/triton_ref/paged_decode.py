@@ -37,7 +37,7 @@ Constraints: ``head_dim`` in {64, 128, 256}; ``group_size`` in {D, D/2, D/4}; GQ
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -58,8 +58,13 @@ class DecodeConfig:
     capped so that a split averages at least ``min_split_tokens`` tokens. ``maxnreg``
     caps registers per thread (168 lets three 4-warp programs share an SM; the kernel
     otherwise takes ~243 and two fit: 2.12 → 1.53 ms at batch 32, 64K, with
-    ``num_stages=3``; perf/results/2026-11-29_h200_bench_decode_sweep.json), ``fast_unpack`` selects the PTX unpack,
-    ``rotate_in_kernel=False`` rotates the queries with one torch GEMM before the launch.
+    ``num_stages=3``; perf/results/2026-11-29_h200_bench_decode_sweep.json),
+    ``fast_unpack`` selects the PTX unpack, ``rotate_in_kernel=False`` rotates the
+    queries with one torch GEMM before the launch. ``None`` for ``target_programs`` or
+    ``rotate_in_kernel`` means: chosen by ``batch · heads`` (at most ``small_pairs``:
+    396 programs and the rotation in the kernel; else 528 and the torch GEMM), the
+    fastest of each measured on the H200 (2026-11-29_h200_bench_decode.json: 0.098 vs
+    0.116 ms at batch 1, 64K; 1.497 vs 1.523 ms at batch 32, 64K).
     """
 
     block_n: int = 128
@@ -67,12 +72,21 @@ class DecodeConfig:
     num_warps: int = 4
     num_stages: int = 3
     num_splits: int | None = None
-    target_programs: int = 528
+    target_programs: int | None = None
     min_split_tokens: int = 256
     window_chunk: int = 64
     fast_unpack: bool = True
     maxnreg: int | None = 168
-    rotate_in_kernel: bool = True
+    rotate_in_kernel: bool | None = None
+    small_pairs: int = 16
+
+    def resolved(self, batch_size: int, num_kv_heads: int) -> "DecodeConfig":
+        """The config with ``None`` fields filled in for this batch."""
+        small = batch_size * num_kv_heads <= self.small_pairs
+        return replace(
+            self,
+            target_programs=self.target_programs or (396 if small else 528),
+            rotate_in_kernel=small if self.rotate_in_kernel is None else self.rotate_in_kernel)
 
 
 def default_decode_config(device: torch.device) -> DecodeConfig:
@@ -295,7 +309,7 @@ def paged_decode_attention_triton(q: torch.Tensor, cache, kv_indptr: torch.Tenso
     batch_size, num_qo_heads, d = q.shape
     h = spec.num_kv_heads
     gqa = num_qo_heads // h
-    cfg = config or default_decode_config(q.device)
+    cfg = (config or default_decode_config(q.device)).resolved(batch_size, h)
     splits = _num_splits(cfg, batch_size, h, kv_indices.shape[0] * spec.page_size)
     # window rows: several programs when few (sequence, head) pairs fill the GPU (batch 1:
     # the window was the critical path), one per pair otherwise
