@@ -22,9 +22,12 @@ from oscar_kernels.errors import BackendUnavailableError, UnsupportedConfigError
 from oscar_kernels.reference import paged as ref
 from triton_cases import (build_case, compare_codes, offsets, rot_heads, used_pages)
 
-pytestmark = pytest.mark.skipif(
-    torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1",
-    reason="interpreter tests run on CPU-only machines with TRITON_INTERPRET=1")
+pytestmark = [
+    pytest.mark.skipif(torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") != "1",
+                       reason="interpreter tests run on CPU-only machines with TRITON_INTERPRET=1"),
+    # numpy's deprecation of array-to-scalar conversion inside triton's interpreter
+    pytest.mark.filterwarnings("ignore::DeprecationWarning:triton.runtime.interpreter"),
+]
 triton = pytest.importorskip("triton")
 
 CODE_FLIP_BUDGET = 1e-3
