@@ -30,6 +30,13 @@ Nothing dequantized is written to global memory; partials are ``B·H·parts·GQA
 (``parts = NWIN + splits``). The launcher never reads device memory on the host (CUDA-graph
 safe): the split count comes from ``batch_size``, ``num_kv_heads`` and ``len(kv_indices)``.
 
+Tiles (H200 sweeps in perf/results/2026-11-29_h200_bench_decode*.json, notes in
+perf/notes.md): ``BLOCK_N = 128`` tokens, 4 warps, 3 pipeline stages, registers capped at
+168 so three programs share an SM (64-token blocks, 8 warps and 256-token blocks were
+slower). The loop is instruction/latency bound (~4.7 SASS instructions per 2-bit code),
+not byte bound: 0.83 TB/s at batch 32, 64K (1.50 ms, 1.26x FlashInfer BF16), 0.40 TB/s at
+batch 1 (0.098 ms, 0.77x FlashInfer).
+
 Constraints: ``head_dim`` in {64, 128, 256}; ``group_size`` in {D, D/2, D/4}; GQA ratio
 <= 16 (else :class:`~oscar_kernels.errors.UnsupportedConfigError` from ``can_implement``).
 """
