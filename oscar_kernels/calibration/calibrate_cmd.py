@@ -24,7 +24,7 @@ from ..spec import DEFAULT_K_CLIP, DEFAULT_RECENT_SIZE, DEFAULT_SINK_SIZE, DEFAU
 log = logging.getLogger(__name__)
 
 #: The shipped recipe (chosen by measurement: docs/calibration.md).
-DEFAULT_METHOD = "oscar"
+DEFAULT_METHOD = "auto"
 DEFAULT_PER_HEAD = True
 DEFAULT_CLIP = "search"
 ALL_METHODS = ("identity", "hadamard", "kv-cov", "oscar", "oscar-proxy", "auto")
