@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import logging
 import math
@@ -983,9 +984,11 @@ def run_preset(args, cfg: ModelConfig, device: torch.device, results: dict) -> N
             if args.out_dir:
                 write_outputs(args, results, final=False)
         del attn
+        gc.collect()   # exceptions caught by ops' auto dispatch keep frames (and pools) in cycles
         if device.type == "cuda":
             torch.cuda.empty_cache()
     del weights, runner
+    gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
 
