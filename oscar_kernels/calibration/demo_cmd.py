@@ -30,8 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="checkpoint directory or .gguf (default: embedded SmolLM2-135M)")
     parser.add_argument("--text", nargs="+", default=None, metavar="FILE",
                         help="calibration text (default: Hamlet, Othello, King Lear)")
-    parser.add_argument("--tokens", type=int, default=16384,
-                        help="calibration tokens (default 16384)")
+    parser.add_argument("--tokens", type=int, default=12288,
+                        help="calibration tokens (default 12288)")
     parser.add_argument("--methods", nargs="+",
                         default=["bf16", "naive", "hadamard", "kivi", "oscar"],
                         help="rows (default: bf16 naive hadamard kivi oscar; kv-cov and "
