@@ -161,14 +161,33 @@ def run(args, *, model=None, tokenizer=None, model_path: str | None = None) -> i
              args.ctx, ", ".join(os.path.basename(f) for f in heldout_files))
     ppl = run_perplexity(model, rows_m, windows, contexts=contexts, tail_start=args.tail_start,
                          progress=not args.no_progress)
+    name = _model_name(model_path)
+    out_dir = args.out_dir or os.path.join("results", "eval", name)
     passkey = None
     if not args.no_passkey:
+        # perplexity results first (a long passkey run can be interrupted)
+        rows = build_rows(rows_m, ppl, None, fp, contexts, args.tail_start)
+        write_outputs(out_dir, rows, _meta(args, model_path, name, fp, heldout_files, ids,
+                                           windows, contexts, rotations, env, t_start),
+                      contexts, args.tail_start, notes + ["passkey: still running"])
         passkey = run_passkey(model, tokenizer, rows_m, lengths=args.passkey_lengths,
                               depths=args.passkey_depths, seed=args.passkey_seed,
                               cache=args.passkey_cache, progress=not args.no_progress)
     rows = build_rows(rows_m, ppl, passkey, fp, contexts, args.tail_start)
-    name = _model_name(model_path)
-    meta = {
+    meta = _meta(args, model_path, name, fp, heldout_files, ids, windows, contexts, rotations,
+                 env, t_start)
+    md, js, png = write_outputs(out_dir, rows, meta, contexts, args.tail_start, notes)
+    print(markdown_table(rows, contexts, args.tail_start))
+    for n in notes:
+        print(f"not measured: {n}")
+    print(f"wrote {md}, {js}, {png} ({meta['seconds_total']:.0f} s)")
+    sys.stdout.flush()
+    return 0
+
+
+def _meta(args, model_path, name, fp, heldout_files, ids, windows, contexts, rotations, env,
+          t_start) -> dict:
+    return {
         "model": os.path.abspath(model_path), "model_name": name,
         "fingerprint": vars(fp) if hasattr(fp, "__dict__") else str(fp),
         "command": _command_line(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -184,11 +203,3 @@ def run(args, *, model=None, tokenizer=None, model_path: str | None = None) -> i
         "environment": env,
         "seconds_total": round(time.perf_counter() - t_start, 1),
     }
-    out_dir = args.out_dir or os.path.join("results", "eval", name)
-    md, js, png = write_outputs(out_dir, rows, meta, contexts, args.tail_start, notes)
-    print(markdown_table(rows, contexts, args.tail_start))
-    for n in notes:
-        print(f"not measured: {n}")
-    print(f"wrote {md}, {js}, {png} ({meta['seconds_total']:.0f} s)")
-    sys.stdout.flush()
-    return 0
