@@ -6,7 +6,8 @@ Two steps, each with progress bars:
    calibration tokens (*Hamlet*, *Othello*, *King Lear*): one pass of statistics gives
    every artifact (identity, hadamard, kv-cov, oscar, ...) with per-layer searched clips;
 2. ``oscar-kv eval`` on held-out text (*Macbeth*, *The Tempest*): ``bf16``, ``naive``,
-   ``hadamard``, ``kivi`` and ``oscar``, the INT2 ones under the fixed and the searched
+   ``hadamard``, ``kivi``, ``oscar`` and ``auto`` (calibrate's shipped recipe, also
+   written to ``<out>/rot.safetensors``), the INT2 ones under the fixed and the searched
    clip policy; prints the table and writes ``results.md/.json/.png`` to ``--out-dir``.
 
 Defaults are sized for a 2-core CPU (see docs/evaluation.md for the measured time); raise
@@ -33,9 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokens", type=int, default=12288,
                         help="calibration tokens (default 12288)")
     parser.add_argument("--methods", nargs="+",
-                        default=["bf16", "naive", "hadamard", "kivi", "oscar"],
-                        help="rows (default: bf16 naive hadamard kivi oscar; kv-cov and "
-                             "oscar-proxy are also calibrated)")
+                        default=["bf16", "naive", "hadamard", "kivi", "oscar", "auto"],
+                        help="rows (default: bf16 naive hadamard kivi oscar auto; 'auto' is "
+                             "calibrate's shipped per-layer recipe; kv-cov is also calibrated)")
     parser.add_argument("--windows", type=int, default=2,
                         help="held-out windows of 2048 tokens (default 2)")
     parser.add_argument("--passkey-lengths", type=int, nargs="+", default=[1024, 1536])
@@ -80,7 +81,7 @@ def run(args) -> int:
     rot_dir = os.path.join(args.out_dir, "rotations")
     os.makedirs(rot_dir, exist_ok=True)
     cal = ["calibrate", "--tokens", str(args.tokens), "--clip", "search",
-           "--out", os.path.join(rot_dir, "oscar.safetensors"), "--out-dir", rot_dir,
+           "--out", os.path.join(args.out_dir, "rot.safetensors"), "--out-dir", rot_dir,
            "--eval-sequences", "1"]
     if args.model:
         cal += ["--model", args.model]
