@@ -159,6 +159,8 @@ def run(args) -> int:
         "calibration_tokens": int(n_stats), "chunk_len": args.chunk_len,
         "text": args.text or "default (Hamlet, Othello, King Lear)",
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "clip_search_cache": {"group_size": args.group_size or geo.head_dim,
+                              "sink_size": args.sink_size, "recent_size": args.recent_size},
     }
     variants = default_variants(geo.num_kv_heads, per_head=args.per_head,
                                 which=args.report_variants)

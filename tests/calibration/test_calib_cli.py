@@ -51,6 +51,8 @@ def test_calibrate_cli_writes_artifacts_and_report(tiny_dir, tmp_path, capsys):
     assert art.method == "auto" and art.per_head
     assert art.provenance["clip_policy"] == "search"
     assert art.provenance["calibration_tokens"] == 1500
+    assert art.provenance["clip_search_cache"] == {"group_size": 16, "sink_size": 8,
+                                                   "recent_size": 32}
     for lr in art.layers:
         assert min(0.8, 1.0) - 1e-9 <= lr.k_clip <= 1.0 and 0.8 - 1e-9 <= lr.v_clip <= 1.0
     for m in ("identity", "hadamard", "kv-cov", "oscar", "oscar-proxy", "auto"):
@@ -116,11 +118,11 @@ def test_split_and_chunks():
 
 @pytest.mark.slow
 def test_smollm2_calibration_small(tmp_path):
-    """The embedded SmolLM2-135M: 2048 calibration tokens, one 1024-token held-out
+    """The embedded SmolLM2-135M: 1024 calibration tokens, one 1024-token held-out
     sequence; OSCAR must beat naive INT2 and the artifact must match the model."""
     out = tmp_path / "rot.safetensors"
-    rc = main(["calibrate", "--tokens", "2048", "--eval-ctx", "1024", "--eval-sequences", "1",
-               "--queries", "16", "--out", str(out), "--no-progress"])
+    rc = main(["calibrate", "--tokens", "1024", "--eval-ctx", "1024", "--eval-sequences", "1",
+               "--queries", "8", "--out", str(out), "--no-progress"])
     assert rc == 0
     art = RotationArtifact.load(out)
     fp = art.fingerprint
