@@ -42,7 +42,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
