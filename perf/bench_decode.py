@@ -142,15 +142,17 @@ def bf16_bytes(batch, ctx, h, hq, d, page_size):
     return batch * (ctx * 2 * h * d * 2 + 4 * math.ceil(ctx / page_size) + 2 * 2 * hq * d)
 
 
-def run_flashinfer(preset, batch, ctx, page_size, args):
+def run_flashinfer(preset, batch, ctx, page_size, args, kv_dtype=torch.bfloat16):
+    """FlashInfer decode over a paged KV cache of ``kv_dtype`` (bf16, or e4m3 without
+    scales), tensor-core path."""
     import flashinfer
 
     h, d, hq = preset["num_kv_heads"], preset["head_dim"], preset["num_qo_heads"]
     pages_per = math.ceil(ctx / page_size)
     num_pages = batch * pages_per
     g = torch.Generator(device="cuda").manual_seed(1)
-    kp = torch.randn(num_pages, page_size, h, d, device="cuda", generator=g).to(torch.bfloat16)
-    vp = torch.randn(num_pages, page_size, h, d, device="cuda", generator=g).to(torch.bfloat16)
+    kp = torch.randn(num_pages, page_size, h, d, device="cuda", generator=g).to(kv_dtype)
+    vp = torch.randn(num_pages, page_size, h, d, device="cuda", generator=g).to(kv_dtype)
     indptr = (torch.arange(batch + 1, device="cuda", dtype=torch.int32) * pages_per)
     indices = torch.randperm(num_pages, device="cuda", generator=g).to(torch.int32)
     last = torch.full((batch,), ctx - (pages_per - 1) * page_size, dtype=torch.int32, device="cuda")
@@ -159,31 +161,7 @@ def run_flashinfer(preset, batch, ctx, page_size, args):
     ws = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=True)
     wrapper.plan(indptr, indices, last, hq, h, d, page_size, q_data_type=torch.bfloat16,
-                 kv_data_type=torch.bfloat16)
-    res = time_cuda(lambda: wrapper.run(q, (kp, vp), out=out), warmup=args.warmup, rep=args.rep)
-    del kp, vp, ws
-    return res
-
-
-def run_flashinfer_fp8(preset, batch, ctx, page_size, args):
-    """FlashInfer decode over an FP8 (e4m3) paged KV cache (tensor-core path), no scales."""
-    import flashinfer
-
-    h, d, hq = preset["num_kv_heads"], preset["head_dim"], preset["num_qo_heads"]
-    pages_per = math.ceil(ctx / page_size)
-    num_pages = batch * pages_per
-    g = torch.Generator(device="cuda").manual_seed(1)
-    kp = torch.randn(num_pages, page_size, h, d, device="cuda", generator=g).to(torch.float8_e4m3fn)
-    vp = torch.randn(num_pages, page_size, h, d, device="cuda", generator=g).to(torch.float8_e4m3fn)
-    indptr = (torch.arange(batch + 1, device="cuda", dtype=torch.int32) * pages_per)
-    indices = torch.randperm(num_pages, device="cuda", generator=g).to(torch.int32)
-    last = torch.full((batch,), ctx - (pages_per - 1) * page_size, dtype=torch.int32, device="cuda")
-    q = torch.randn(batch, hq, d, device="cuda", generator=g).to(torch.bfloat16)
-    out = torch.empty_like(q)
-    ws = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=True)
-    wrapper.plan(indptr, indices, last, hq, h, d, page_size, q_data_type=torch.bfloat16,
-                 kv_data_type=torch.float8_e4m3fn)
+                 kv_data_type=kv_dtype)
     res = time_cuda(lambda: wrapper.run(q, (kp, vp), out=out), warmup=args.warmup, rep=args.rep)
     del kp, vp, ws
     return res
@@ -309,7 +287,8 @@ def main(argv=None) -> int:
                         torch.cuda.empty_cache()
                     if "flashinfer_fp8" in baselines:
                         try:
-                            r = run_flashinfer_fp8(preset, batch, ctx, args.page_size, args)
+                            r = run_flashinfer(preset, batch, ctx, args.page_size, args,
+                                               kv_dtype=torch.float8_e4m3fn)
                             row["fi8_ms"] = r["median_ms"]
                             row["fi8_TBps"] = tbps((row["bf16_bytes"] + 4 * batch * math.ceil(ctx / args.page_size)) / 2, r["median_ms"])
                         except Exception as exc:  # noqa: BLE001
