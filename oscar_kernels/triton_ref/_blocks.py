@@ -101,6 +101,27 @@ def _dot_f32(a, b, DOT16: tl.constexpr):
 
 
 @triton.jit
+def _int2_query(q0, q1, q2, q3, DOT16: tl.constexpr):
+    """Query quarters as the INT2 dots take them (fp16 on the fast path) and their row sums
+    (the ``zero * sum(q)`` term of the folded dequantization)."""
+    if DOT16:
+        qc0 = q0.to(tl.float16)
+        qc1 = q1.to(tl.float16)
+        qc2 = q2.to(tl.float16)
+        qc3 = q3.to(tl.float16)
+    else:
+        qc0 = q0
+        qc1 = q1
+        qc2 = q2
+        qc3 = q3
+    qs0 = tl.sum(qc0.to(tl.float32), axis=1)
+    qs1 = tl.sum(qc1.to(tl.float32), axis=1)
+    qs2 = tl.sum(qc2.to(tl.float32), axis=1)
+    qs3 = tl.sum(qc3.to(tl.float32), axis=1)
+    return qc0, qc1, qc2, qc3, qs0, qs1, qs2, qs3
+
+
+@triton.jit
 def _int2_block(q0, q1, q2, q3, qs0, qs1, qs2, qs3,
                 k_codes, v_codes, cbase, k_params, v_params, pbase, nmask, valid,
                 m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3,

@@ -50,7 +50,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._blocks import _bf16_block, _int2_block, _rotate_quarter
+from ._blocks import _bf16_block, _int2_block, _int2_query, _rotate_quarter
 from ._common import interpret_mode, page_strides
 
 LOG2E = 1.4426950408889634
@@ -183,20 +183,7 @@ def _paged_decode_split_kernel(
                 q0, q1, q2, q3, k_win, v_win, wbase + rows.to(tl.int64) * sw_row, ok, valid,
                 m_i, l_i, a0, a1, a2, a3, PD, DOT16)
     else:
-        if DOT16:
-            qc0 = q0.to(tl.float16)
-            qc1 = q1.to(tl.float16)
-            qc2 = q2.to(tl.float16)
-            qc3 = q3.to(tl.float16)
-        else:
-            qc0 = q0
-            qc1 = q1
-            qc2 = q2
-            qc3 = q3
-        qs0 = tl.sum(qc0.to(tl.float32), axis=1)
-        qs1 = tl.sum(qc1.to(tl.float32), axis=1)
-        qs2 = tl.sum(qc2.to(tl.float32), axis=1)
-        qs3 = tl.sum(qc3.to(tl.float32), axis=1)
+        qc0, qc1, qc2, qc3, qs0, qs1, qs2, qs3 = _int2_query(q0, q1, q2, q3, DOT16)
         lo = SINK
         hi = tl.maximum(seq_len - RECENT, SINK)
         chunk = tl.cdiv(tl.cdiv(hi - lo, num_splits), BLOCK_N) * BLOCK_N

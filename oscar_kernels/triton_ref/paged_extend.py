@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 
 from ..spec import seq_lens_from_page_table
-from ._blocks import _bf16_block, _int2_block, _rotate_quarter
+from ._blocks import _bf16_block, _int2_block, _int2_query, _rotate_quarter
 from ._common import interpret_mode, page_strides
 from .quantize_append import quantize_append_paged_kv_cache_triton
 
@@ -129,20 +129,7 @@ def _paged_extend_kernel(
                 q0, q1, q2, q3, k_new, v_new, nb, ok, valid,
                 m_i, l_i, a0, a1, a2, a3, PD, DOT16)
         # 4. INT2 pages: S <= p <= t - W
-        if DOT16:
-            qc0 = q0.to(tl.float16)
-            qc1 = q1.to(tl.float16)
-            qc2 = q2.to(tl.float16)
-            qc3 = q3.to(tl.float16)
-        else:
-            qc0 = q0
-            qc1 = q1
-            qc2 = q2
-            qc3 = q3
-        qs0 = tl.sum(qc0.to(tl.float32), axis=1)
-        qs1 = tl.sum(qc1.to(tl.float32), axis=1)
-        qs2 = tl.sum(qc2.to(tl.float32), axis=1)
-        qs3 = tl.sum(qc3.to(tl.float32), axis=1)
+        qc0, qc1, qc2, qc3, qs0, qs1, qs2, qs3 = _int2_query(q0, q1, q2, q3, DOT16)
         int2_hi = t_max - RECENT + 1
         for p0 in range(SINK, int2_hi, BLOCK_N):
             pos = p0 + tl.arange(0, BLOCK_N)
