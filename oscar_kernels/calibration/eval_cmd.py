@@ -62,9 +62,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     k = parser.add_argument_group("passkey")
     k.add_argument("--passkey-lengths", type=int, nargs="+", default=[1024, 1536],
                    help="prompt lengths in tokens (default 1024 1536)")
-    k.add_argument("--passkey-depths", type=float, nargs="+", default=[0.25, 0.5, 0.75],
-                   help="needle depths in [0, 1] (default 0.25 0.5 0.75)")
-    k.add_argument("--passkey-seed", type=int, default=0)
+    k.add_argument("--passkey-depths", type=float, nargs="+", default=[0.1, 0.3, 0.5, 0.7, 0.9],
+                   help="needle depths in [0, 1] (default 0.1 0.3 0.5 0.7 0.9)")
+    k.add_argument("--passkey-keys", type=int, default=2, metavar="N",
+                   help="keys (trials) per (length, depth) cell (default 2: 20 trials with "
+                        "the default lengths and depths)")
+    k.add_argument("--passkey-seed", type=int, default=0,
+                   help="seed of the keys (default 0)")
     k.add_argument("--passkey-cache", choices=("emulated", "packed"), default="emulated",
                    help="INT2 decoding: emulated rule over a DynamicCache (default) or the "
                         "real packed OscarCache (slower on CPU, same numbers)")
@@ -110,6 +114,7 @@ def _check_args(args, max_positions: int | None) -> list[int]:
                "floats in [0, 1]", args.passkey_depths)
         expect(min(args.passkey_lengths) >= 128, "--passkey-lengths", "ints >= 128",
                args.passkey_lengths)
+        expect(args.passkey_keys >= 1, "--passkey-keys", "a positive int", args.passkey_keys)
     return contexts
 
 
@@ -172,6 +177,7 @@ def run(args, *, model=None, tokenizer=None, model_path: str | None = None) -> i
                       contexts, args.tail_start, notes + ["passkey: still running"])
         passkey = run_passkey(model, tokenizer, rows_m, lengths=args.passkey_lengths,
                               depths=args.passkey_depths, seed=args.passkey_seed,
+                              keys_per_cell=args.passkey_keys,
                               cache=args.passkey_cache, progress=not args.no_progress)
     rows = build_rows(rows_m, ppl, passkey, fp, contexts, args.tail_start)
     meta = _meta(args, model_path, name, fp, heldout_files, ids, windows, contexts, rotations,
@@ -199,6 +205,7 @@ def _meta(args, model_path, name, fp, heldout_files, ids, windows, contexts, rot
         "passkey_lengths": None if args.no_passkey else args.passkey_lengths,
         "passkey_depths": None if args.no_passkey else args.passkey_depths,
         "passkey_seed": args.passkey_seed, "passkey_cache": args.passkey_cache,
+        "passkey_keys_per_cell": None if args.no_passkey else args.passkey_keys,
         "rotations": {k: v[1] for k, v in rotations.items()},
         "environment": env,
         "seconds_total": round(time.perf_counter() - t_start, 1),

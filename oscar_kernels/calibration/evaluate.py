@@ -345,22 +345,27 @@ def run_perplexity(model, methods: Sequence[Method], windows: Sequence[torch.Ten
 
 
 def run_passkey(model, tokenizer, methods: Sequence[Method], *, lengths: Sequence[int],
-                depths: Sequence[float], seed: int = 0, cache: str = "emulated",
-                progress: bool = True) -> dict[str, dict]:
-    """Passkey accuracy of every method over the same trials.
+                depths: Sequence[float], seed: int = 0, keys_per_cell: int = 1,
+                cache: str = "emulated", progress: bool = True) -> dict[str, dict]:
+    """Passkey accuracy of every method over the same ``lengths x depths x keys_per_cell``
+    trials.
 
     ``cache="emulated"``: INT2 and KIVI methods decode with a ``DynamicCache`` and the
     teacher-forced rule; ``"packed"``: INT2 methods decode through the real
     :class:`OscarCache` (KIVI stays emulated). ``bf16`` always uses a ``DynamicCache``.
+
+    Returns ``{label: {"accuracy", "correct", "n", "ci95": [lo, hi], "by_length":
+    {length: [correct, n]}, "trials": [...], "seconds"}}`` (Wilson 95% interval,
+    :func:`~oscar_kernels.calibration.passkey.summarize`).
     """
     from transformers import DynamicCache
 
     from ..integrations.transformers import OscarCache, attach_scheme, model_fingerprint
-    from .passkey import make_trials, run_trial
+    from .passkey import make_trials, run_trial, summarize
 
     expect(cache in ("emulated", "packed"), "passkey cache", "'emulated' or 'packed'", cache)
     fp = model_fingerprint(model.config)
-    trials = make_trials(tokenizer, lengths, depths, seed=seed)
+    trials = make_trials(tokenizer, lengths, depths, seed=seed, keys_per_cell=keys_per_cell)
     bar = _progress(len(trials) * len(methods), "passkey", progress)
     out = {}
     for m in methods:
@@ -378,9 +383,10 @@ def run_passkey(model, tokenizer, methods: Sequence[Method], *, lengths: Sequenc
             for tr in trials:
                 results.append(run_trial(model, tokenizer, tr, make))
                 bar.update(1)
-        out[m.label] = {"accuracy": sum(r.correct for r in results) / len(results),
-                        "trials": [r.to_dict() for r in results],
-                        "seconds": round(time.perf_counter() - t0, 2)}
+        out[m.label] = dict(summarize([r.correct for r in results],
+                                      [r.length for r in results]),
+                            trials=[r.to_dict() for r in results],
+                            seconds=round(time.perf_counter() - t0, 2))
     bar.close()
     return out
 
@@ -403,8 +409,11 @@ def _fmt(x, nd=2):
 def build_rows(methods: Sequence[Method], ppl: dict, passkey: dict | None, fingerprint,
                contexts: Sequence[int], tail_start: int) -> list[dict]:
     """One dict per method with every metric (the JSON rows)."""
+    from .passkey import paired_comparison
+
     ctx = max(contexts)
     base = ppl.get(BASELINE)
+    base_pk = passkey.get(BASELINE) if passkey is not None else None
     rows = []
     for m in methods:
         r = {"method": m.name, "clip": m.clip, "label": m.label, "kind": m.kind,
@@ -420,11 +429,31 @@ def build_rows(methods: Sequence[Method], ppl: dict, passkey: dict | None, finge
         if base and key in r and key in base:
             r[f"tail_ppl@{ctx}_vs_bf16_pct"] = 100.0 * (r[key] / base[key] - 1.0)
         if passkey is not None and m.label in passkey:
-            r["passkey"] = passkey[m.label]["accuracy"]
-            r["passkey_trials"] = passkey[m.label]["trials"]
-            r["passkey_seconds"] = passkey[m.label]["seconds"]
+            pk = passkey[m.label]
+            r["passkey"] = pk["accuracy"]
+            r["passkey_correct"], r["passkey_n"] = pk.get("correct"), pk.get("n")
+            r["passkey_ci95"] = pk.get("ci95")
+            r["passkey_by_length"] = pk.get("by_length")
+            if base_pk is not None and m.label != BASELINE:
+                r["passkey_vs_bf16"] = paired_comparison(
+                    [t["correct"] for t in pk["trials"]],
+                    [t["correct"] for t in base_pk["trials"]])
+            r["passkey_trials"] = pk["trials"]
+            r["passkey_seconds"] = pk["seconds"]
         rows.append(r)
     return rows
+
+
+def format_passkey(row: dict) -> str:
+    """``"54/60 = 0.90 [0.80, 0.95]"`` (Wilson 95%), or the bare accuracy of a row without
+    counts, ``"-"`` without passkey."""
+    acc = row.get("passkey")
+    if acc is None:
+        return "-"
+    k, n, ci = row.get("passkey_correct"), row.get("passkey_n"), row.get("passkey_ci95")
+    if k is None or n is None or ci is None:
+        return _fmt(acc, 2)
+    return f"{k}/{n} = {acc:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]"
 
 
 def markdown_table(rows: Sequence[dict], contexts: Sequence[int], tail_start: int) -> str:
@@ -436,14 +465,19 @@ def markdown_table(rows: Sequence[dict], contexts: Sequence[int], tail_start: in
         if c > tail_start:
             cols.append((f"tail ppl @{c}", f"tail_ppl@{c}", 2))
     cols += [(f"Δ tail @{ctx}", f"tail_ppl@{ctx}_vs_bf16_pct", None),
-             ("KL (nats)", "kl", 4), ("top-1", "top1", 3), ("passkey", "passkey", 2)]
+             ("KL (nats)", "kl", 4), ("top-1", "top1", 3), ("passkey [95% CI]", "passkey", 2),
+             ("passkey lost/won vs bf16", "passkey_vs_bf16", None)]
     lines = ["| " + " | ".join(c[0] for c in cols) + " |",
              "|" + "|".join(" --- " for _ in cols) + "|"]
     for r in rows:
         cells = []
         for _, key, nd in cols:
             v = r.get(key)
-            if key.endswith("_vs_bf16_pct"):
+            if key == "passkey":
+                cells.append(format_passkey(r))
+            elif key == "passkey_vs_bf16":
+                cells.append("-" if v is None else f"{v['lost']}/{v['won']} (p={v['p_mcnemar']:.2g})")
+            elif key.endswith("_vs_bf16_pct"):
                 cells.append("-" if v is None or r["kind"] == "bf16" else f"{v:+.1f}%")
             elif nd is None:
                 cells.append(str(v) if v is not None else "-")
@@ -476,7 +510,12 @@ def plot(rows: Sequence[dict], contexts: Sequence[int], tail_start: int, path: s
     fig, axes = plt.subplots(nrow, ncol, figsize=(5.2 * ncol, 3.6 * nrow + 0.8), squeeze=False)
     for ax, (key, t) in zip(axes.flat, metrics):
         vals = [r.get(key, float("nan")) for r in rows]
-        ax.bar(range(len(rows)), vals, color=colors)
+        yerr = None
+        if key == "passkey" and all(r.get("passkey_ci95") for r in rows):
+            yerr = [[v - r["passkey_ci95"][0] for v, r in zip(vals, rows)],
+                    [r["passkey_ci95"][1] - v for v, r in zip(vals, rows)]]
+            t += " (Wilson 95%)"
+        ax.bar(range(len(rows)), vals, color=colors, yerr=yerr, capsize=2 if yerr else 0)
         ax.set_title(t, fontsize=10)
         ax.set_xticks(range(len(rows)))
         ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
@@ -523,8 +562,12 @@ def write_outputs(out_dir: str, rows: Sequence[dict], meta: dict, contexts: Sequ
              f"v1 (sink {meta.get('sink_size')}, recent {meta.get('recent_size')}, group "
              f"{meta.get('group_size')}, fp16 scale/zero), exact teacher-forced emulation of "
              "the serving read rule. Passkey: lengths "
-             f"{meta.get('passkey_lengths')}, depths {meta.get('passkey_depths')}, greedy, "
-             f"{meta.get('passkey_cache')} cache.", "", table, ""]
+             f"{meta.get('passkey_lengths')}, depths {meta.get('passkey_depths')}, "
+             f"{meta.get('passkey_keys_per_cell', 1)} key(s) per (length, depth) (seed "
+             f"{meta.get('passkey_seed', 0)}), greedy, {meta.get('passkey_cache')} cache; "
+             "accuracy with a Wilson 95% interval; lost/won = trials bf16 gets right and the "
+             "method misses / the reverse, on the same prompts (exact McNemar p).", "",
+             table, ""]
     if notes:
         lines += ["Not measured:", ""] + [f"- {n}" for n in notes] + [""]
     lines += [f"Wall time {meta.get('seconds_total', 0):.0f} s on {meta['environment']['cpu_count']}"

@@ -6,12 +6,21 @@ sentence) is an instruction, ``n`` repetitions of a filler paragraph with the ne
 ``round(depth * n)`` of them, and the question ``"What is the pass key? The pass key
 is"``. The model continues greedily (argmax, no sampling: deterministic); the answer is
 the first run of digits in the continuation, correct when it equals the key.
+
+A grid of trials is ``lengths x depths x keys_per_cell`` prompts whose keys come from one
+seeded generator (:func:`make_trials`), so every method sees the same prompts. Accuracy
+is reported with a Wilson score interval (:func:`wilson_interval`), and methods are
+compared with the baseline trial by trial (:func:`paired_comparison`: the trials one gets
+right and the other misses, with an exact two-sided McNemar p-value), which is what
+separates two methods measured on the same prompts far better than two overlapping
+intervals.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
+import math
 import random
 import re
 from collections.abc import Callable, Sequence
@@ -92,19 +101,100 @@ def build_trial(tokenizer, length: int, depth: float, key: str, *,
 
 
 def make_trials(tokenizer, lengths: Sequence[int], depths: Sequence[float], *, seed: int = 0,
-                num_digits: int = DEFAULT_DIGITS, max_new_tokens: int = 8) -> list[PasskeyTrial]:
-    """One trial per (length, depth), keys drawn from ``random.Random(seed)`` (so every
-    method sees the same prompts)."""
+                keys_per_cell: int = 1, num_digits: int = DEFAULT_DIGITS,
+                max_new_tokens: int = 8) -> list[PasskeyTrial]:
+    """``keys_per_cell`` trials per (length, depth), in the order length, depth, key.
+
+    Keys are drawn from ``random.Random(seed)`` in that order (so every method sees the
+    same prompts, and ``keys_per_cell=1`` reproduces the one-key grid of the same seed);
+    the keys of one cell are distinct.
+    """
     expect(len(lengths) > 0 and len(depths) > 0, "lengths/depths", "non-empty sequences",
            (list(lengths), list(depths)))
+    expect(isinstance(keys_per_cell, int) and keys_per_cell >= 1, "keys_per_cell",
+           "a positive int", keys_per_cell)
+    expect(isinstance(num_digits, int) and 1 <= num_digits <= 12, "num_digits",
+           "an int in [1, 12]", num_digits)
     rng = random.Random(seed)
     trials = []
     for length in lengths:
         for depth in depths:
-            key = str(rng.randrange(10 ** (num_digits - 1), 10 ** num_digits))
-            trials.append(build_trial(tokenizer, int(length), float(depth), key,
-                                      max_new_tokens=max_new_tokens))
+            cell: list[str] = []
+            while len(cell) < keys_per_cell:
+                key = str(rng.randrange(10 ** (num_digits - 1), 10 ** num_digits))
+                if key not in cell:
+                    cell.append(key)
+            for key in cell:
+                trials.append(build_trial(tokenizer, int(length), float(depth), key,
+                                          max_new_tokens=max_new_tokens))
     return trials
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion (95% for the default ``z``).
+
+    ``(c - h, c + h) / (1 + z²/n)`` with ``c = p̂ + z²/(2n)`` and
+    ``h = z·sqrt(p̂(1-p̂)/n + z²/(4n²))``; unlike the normal approximation it stays inside
+    [0, 1] and is not degenerate at 0 or ``n`` successes.
+
+    Raises
+    ------
+    ValueError
+        ``n < 1`` or ``successes`` outside ``[0, n]``.
+    """
+    expect(isinstance(n, int) and n >= 1, "n", "a positive int", n)
+    expect(isinstance(successes, int) and 0 <= successes <= n, "successes",
+           f"an int in [0, {n}]", successes)
+    p = successes / n
+    z2 = z * z
+    denom = 1.0 + z2 / n
+    centre = p + z2 / (2 * n)
+    half = z * math.sqrt(p * (1.0 - p) / n + z2 / (4.0 * n * n))
+    lo = 0.0 if successes == 0 else max(0.0, (centre - half) / denom)
+    hi = 1.0 if successes == n else min(1.0, (centre + half) / denom)
+    return lo, hi
+
+
+def mcnemar_p(lost: int, won: int) -> float:
+    """Exact two-sided McNemar p-value: ``lost`` and ``won`` discordant trials, under the
+    null that each discordant trial goes either way with probability 1/2."""
+    expect(isinstance(lost, int) and isinstance(won, int) and lost >= 0 and won >= 0,
+           "lost/won", "non-negative ints", (lost, won))
+    n = lost + won
+    if n == 0:
+        return 1.0
+    k = min(lost, won)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2.0 ** n
+    return min(1.0, 2.0 * tail)
+
+
+def summarize(correct: Sequence[bool], lengths: Sequence[int] | None = None) -> dict:
+    """Accuracy, count and Wilson 95% interval of a list of trial outcomes; with the
+    trials' ``lengths``, also the accuracy per length (``{length: [correct, n]}``)."""
+    n = len(correct)
+    expect(n >= 1, "correct", "at least one trial", n)
+    k = int(sum(bool(c) for c in correct))
+    lo, hi = wilson_interval(k, n)
+    out = {"accuracy": k / n, "correct": k, "n": n, "ci95": [lo, hi]}
+    if lengths is not None:
+        expect(len(lengths) == n, "lengths", f"{n} values (one per trial)", len(lengths))
+        per: dict[int, list[int]] = {}
+        for c, ln in zip(correct, lengths):
+            a = per.setdefault(int(ln), [0, 0])
+            a[0] += int(bool(c))
+            a[1] += 1
+        out["by_length"] = {str(k_): v for k_, v in sorted(per.items())}
+    return out
+
+
+def paired_comparison(correct: Sequence[bool], baseline: Sequence[bool]) -> dict:
+    """Trial-by-trial comparison with the baseline on the same prompts: ``lost`` (baseline
+    right, method wrong), ``won`` (the reverse) and the exact McNemar p-value."""
+    expect(len(correct) == len(baseline) and len(correct) > 0, "correct/baseline",
+           "two non-empty outcome lists of one length", (len(correct), len(baseline)))
+    lost = sum(1 for c, b in zip(correct, baseline) if b and not c)
+    won = sum(1 for c, b in zip(correct, baseline) if c and not b)
+    return {"lost": lost, "won": won, "p_mcnemar": mcnemar_p(lost, won)}
 
 
 def cache_kwarg(model) -> str:
