@@ -24,8 +24,15 @@ NUM_WARPS = 4
 CTAS_PER_SM = 4
 MAX_SPLITS = 128
 HEAD_DIMS = (64, 128)
-#: Up to this many (sequence, query head) rows per KV head the 8-row transform kernels run.
+#: Up to this many (sequence, query head) rows per KV head the 8-row query rotation runs.
 SMALL_ROWS = 64
+
+
+def _kind(dtype) -> int:
+    """The kernels' element kind of a q/out dtype: 0 float32, 1 bf16, 2 fp16."""
+    import torch
+
+    return {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}[dtype]
 
 
 def can_implement(op: str, *, device, spec, num_qo_heads: int, dtype) -> None:
@@ -115,9 +122,11 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
     q_rot = torch.empty(batch_size, h, group, d, dtype=torch.bfloat16, device=dev)
     o_part = torch.empty(batch_size, num_qo_heads, num_splits, d, dtype=torch.float32, device=dev)
     lse_part = torch.empty(batch_size, num_qo_heads, num_splits, dtype=torch.float32, device=dev)
-    o_rot = torch.empty(batch_size, num_qo_heads, d, dtype=torch.float32, device=dev)
-    o32 = torch.empty(batch_size, num_qo_heads, d, dtype=torch.float32, device=dev)
     lse = torch.empty(batch_size, num_qo_heads, dtype=torch.float32, device=dev)
+    # the merge writes o in q's dtype straight into `out` when its last dim is contiguous
+    o = out if out is not None and out.stride(-1) == 1 else torch.empty_like(q)
+    if q.stride(-1) != 1:
+        q = q.contiguous()
 
     def rot_ok(r):
         r = r if r.stride(-1) == 1 and r.stride(-2) == d else r.contiguous()
@@ -133,41 +142,36 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
             num_splits]
     scale_log2 = float(sm_scale) * math.log2(math.e)
     kernels = {op: _bundle.get_kernel(op, d) for op in _bundle.OPS}
-    # rows per CTA of the row transforms: 8 when few rows (latency), else 32 (reuse of R)
+    # rows per CTA of the query rotation: 8 when few rows (latency), else 32 (reuse of R_K)
     small = "8" if batch_size * group <= SMALL_ROWS else ""
-    q32 = q if q.dtype == torch.float32 and q.is_contiguous() else None
 
     def stream():
         return torch.cuda.current_stream(dev).cuda_stream
 
     def rotate_q():
-        # q' = q @ R_K per KV head, bf16 for the tensor cores
-        x = q32 if q32 is not None else q.float().contiguous()
+        # q' = q @ R_K per KV head, read in q's dtype, bf16 out for the tensor cores
         with torch.cuda.device(dev):
-            kernels["rotate_q" + small](x.data_ptr(), rot_k.data_ptr(), q_rot.data_ptr(), batch_size, h,
-                                group, rk_stride, stream())
+            kernels["rotate_q" + small](q.data_ptr(), rot_k.data_ptr(), q_rot.data_ptr(),
+                                        batch_size, h, group, rk_stride, _kind(q.dtype),
+                                        q.stride(0), q.stride(1), stream())
 
     def run_decode():
         with torch.cuda.device(dev):
             kernels["decode"](*[t.data_ptr() for t in ptrs], *ints, scale_log2, stream())
 
     def run_merge():
-        # merge the splits (base-2 lse), then o = o' @ R_V^T
+        # merge the splits (base-2 lse), o = o' @ R_V^T, stored in q's dtype
         with torch.cuda.device(dev):
-            kernels["merge"](o_part.data_ptr(), lse_part.data_ptr(), o_rot.data_ptr(),
-                             lse.data_ptr(), batch_size, h, group, num_splits, stream())
-            kernels["rotate_o" + small](o_rot.data_ptr(), rot_v.data_ptr(), o32.data_ptr(), batch_size,
-                                h, group, rv_stride, stream())
+            kernels["merge"](o_part.data_ptr(), lse_part.data_ptr(), rot_v.data_ptr(),
+                             o.data_ptr(), lse.data_ptr(), batch_size, h, group, num_splits,
+                             rv_stride, _kind(o.dtype), o.stride(0), o.stride(1), stream())
 
     steps = [("rotate_q", rotate_q), ("decode", run_decode), ("merge", run_merge)]
-    if out is not None:
-        steps.append(("copy_out", lambda: out.copy_(o32)))
+    if out is not None and o is not out:
+        steps.append(("copy_out", lambda: out.copy_(o)))
 
-        def result():
-            return out, lse
-    else:
-        def result():
-            return (o32 if q.dtype == torch.float32 else o32.to(q.dtype)), lse
+    def result():
+        return (out if out is not None else o), lse
     return steps, result
 
 

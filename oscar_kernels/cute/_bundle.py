@@ -3,8 +3,8 @@ else the ahead-of-time bundle built by :mod:`oscar_kernels.cute.aot`.
 
 A bundle is a directory with ``manifest.json`` and one ``lib<name>.so`` per kernel (C ABI
 ``int <name>_load(void)`` and ``int <name>_run(...)``: for ``decode`` 13 int64 pointers,
-10 int32, one float and the stream; ``merge`` 4 pointers, 4 int32; ``rotate_q``/``rotate_o`` (and their 8-row
-variants ``rotate_q8``/``rotate_o8``) 3 pointers, 4 int32; each ends with the stream).
+10 int32, one float and the stream; ``merge`` 5 pointers, 8 int32; ``rotate_q`` (and its
+8-row variant ``rotate_q8``) 3 pointers, 7 int32; each ends with the stream).
 The directory is ``$OSCAR_CUTE_BUNDLE`` when set, else ``oscar_kernels/cute/prebuilt``.
 ``OSCAR_CUTE_MODE=bundle`` or ``=jit`` forces one source. Nothing here needs a GPU to
 import; loading a library needs ``libcudart.so.13`` (import torch first, it loads it).
@@ -28,11 +28,9 @@ BUNDLE_FORMAT = 1
 #: C argument types of each kernel, in order (pointers as int64, then ints, floats, stream).
 _ARGTYPES = {
     "decode": [ctypes.c_int64] * 13 + [ctypes.c_int32] * 10 + [ctypes.c_float, ctypes.c_void_p],
-    "merge": [ctypes.c_int64] * 4 + [ctypes.c_int32] * 4 + [ctypes.c_void_p],
-    "rotate_q": [ctypes.c_int64] * 3 + [ctypes.c_int32] * 4 + [ctypes.c_void_p],
-    "rotate_o": [ctypes.c_int64] * 3 + [ctypes.c_int32] * 4 + [ctypes.c_void_p],
-    "rotate_q8": [ctypes.c_int64] * 3 + [ctypes.c_int32] * 4 + [ctypes.c_void_p],
-    "rotate_o8": [ctypes.c_int64] * 3 + [ctypes.c_int32] * 4 + [ctypes.c_void_p],
+    "merge": [ctypes.c_int64] * 5 + [ctypes.c_int32] * 8 + [ctypes.c_void_p],
+    "rotate_q": [ctypes.c_int64] * 3 + [ctypes.c_int32] * 7 + [ctypes.c_void_p],
+    "rotate_q8": [ctypes.c_int64] * 3 + [ctypes.c_int32] * 7 + [ctypes.c_void_p],
 }
 OPS = tuple(_ARGTYPES)
 
@@ -49,9 +47,7 @@ def kernel_name(op: str, head_dim: int) -> str:
     return {"decode": f"int2_decode_sm90_d{head_dim}",
             "merge": f"int2_decode_merge_sm90_d{head_dim}",
             "rotate_q": f"rotate_q_r32_sm90_d{head_dim}",
-            "rotate_o": f"rotate_o_r32_sm90_d{head_dim}",
-            "rotate_q8": f"rotate_q_r8_sm90_d{head_dim}",
-            "rotate_o8": f"rotate_o_r8_sm90_d{head_dim}"}[op]
+            "rotate_q8": f"rotate_q_r8_sm90_d{head_dim}"}[op]
 
 
 def cutlass_available() -> bool:
@@ -146,7 +142,7 @@ def _load_jit_kernel(op: str, head_dim: int) -> Callable:
     elif op == "merge":
         compiled = compile_merge(cfg)
     else:
-        compiled = compile_rotate(cfg, op[7], 8 if op.endswith("8") else 32)
+        compiled = compile_rotate(cfg, 8 if op.endswith("8") else 32)
 
     def launch(*args) -> None:
         *rest, stream = args

@@ -7,14 +7,15 @@ Runs on a machine without a GPU (``CUTE_DSL_ARCH=sm_90a``), in an environment wi
     CUTE_DSL_ARCH=sm_90a /work/cute13/bin/python -m oscar_kernels.cute.aot build \\
         --out oscar_kernels/cute/prebuilt --cuda /usr/local/cuda-13.0
 
-For every static compile key (``head_dim`` in {64, 128}) and kernel (decode, merge, rotate_q/o with 32 or 8 rows per CTA) it calls ``cute.compile``,
+For every static compile key (``head_dim`` in {64, 128}) and kernel (decode, merge +
+un-rotation, rotate_q with 32 or 8 rows per CTA) it calls ``cute.compile``,
 ``export_to_c`` (an object file embedding the sm_90a cubin), then links a ~40 KB shared
 library with a two-function C ABI::
 
     int <name>_load(void);                    /* cudaError_t of loading the module */
     int <name>_run(int64 x13, int32 x10, float, void *stream);          (decode)
-    int <name>_run(int64 x4, int32 x4, void *stream);                   (merge)
-    int <name>_run(int64 x3, int32 x4, void *stream);                   (rotate_q, rotate_o, rotate_q8, rotate_o8)
+    int <name>_run(int64 x5, int32 x8, void *stream);                   (merge)
+    int <name>_run(int64 x3, int32 x7, void *stream);                   (rotate_q, rotate_q8)
 
 against the DSL's ``libcuda_dialect_runtime_static.a`` and ``libcudart.so.13`` (loaded by
 torch on the GPU machine). ``manifest.json`` lists the kernels; the package's loader
@@ -97,10 +98,8 @@ def build(out_dir: str, cuda_home: str, head_dims=HEAD_DIMS) -> dict:
         cfg = Int2DecodeConfig(head_dim=d)
         for op, name, fn in (("decode", cfg.name, compile_decode),
                              ("merge", cfg.merge_name, compile_merge),
-                             ("rotate_q", cfg.rotate_name("q", 32), lambda c: compile_rotate(c, "q", 32)),
-                             ("rotate_o", cfg.rotate_name("o", 32), lambda c: compile_rotate(c, "o", 32)),
-                             ("rotate_q8", cfg.rotate_name("q", 8), lambda c: compile_rotate(c, "q", 8)),
-                             ("rotate_o8", cfg.rotate_name("o", 8), lambda c: compile_rotate(c, "o", 8))):
+                             ("rotate_q", cfg.rotate_name("q", 32), lambda c: compile_rotate(c, 32)),
+                             ("rotate_q8", cfg.rotate_name("q", 8), lambda c: compile_rotate(c, 8))):
             fn(cfg).export_to_c(out_dir, name)
             lib = _link(out_dir, name, cuda_home)
             kernels[name] = {"op": op, "head_dim": d, "library": os.path.basename(lib),

@@ -789,13 +789,15 @@ class Int2PagedDecodeSm90:
 
 
 class Int2DecodeMergeSm90:
-    """Merge the splits of :class:`Int2PagedDecodeSm90`: one CTA per (sequence, query
-    head), ``MERGE_PARTS * head_dim`` threads (part ``p``, channel ``d``).
+    """Merge the splits of :class:`Int2PagedDecodeSm90`, un-rotate and store in the output
+    dtype: one CTA per (sequence, query head), ``MERGE_PARTS * head_dim`` threads (part
+    ``p``, channel ``d``).
 
-    ``o_rot[b, g, d] = sum_s w_s o_part[b, g, s, d] / sum_s w_s`` with
+    ``o[b, g, e] = sum_d (sum_s w_s o_part[b, g, s, d] / sum_s w_s) R_V[h, e, d]`` with
     ``w_s = 2^(lse2_s - max lse2)``; ``lse = ln 2 * (max lse2 + log2 sum_s w_s)``
-    (``-inf`` and ``o_rot = 0`` for a sequence without tokens), float32, still in the
-    rotated space (:class:`RowTransformSm90` applies ``R_V^T``). Requires
+    (``-inf`` and ``o = 0`` for a sequence without tokens). ``o`` is written at
+    ``o_ptr + (b * o_stride_b + qh * o_stride_h + e) * elem`` as float32 (``out_kind`` 0),
+    bf16 (1) or fp16 (2), so it lands directly in the caller's ``out``. Requires
     ``num_splits <= MAX_SPLITS``.
     """
 
@@ -804,16 +806,20 @@ class Int2DecodeMergeSm90:
         self.threads = MERGE_PARTS * self.d
 
     @cute.jit
-    def __call__(self, opart_ptr: Int64, lse_part_ptr: Int64, o_ptr: Int64, lse_ptr: Int64,
-                 batch_size: Int32, num_kv_heads: Int32, group: Int32, num_splits: Int32,
-                 stream: cuda.CUstream):
-        self.kernel(opart_ptr, lse_part_ptr, o_ptr, lse_ptr, group, num_splits).launch(grid=(num_kv_heads * group, batch_size, 1),
-                                           block=(self.threads, 1, 1), stream=stream,
-                                           smem=(2 * self.threads + 64) * 4)
+    def __call__(self, opart_ptr: Int64, lse_part_ptr: Int64, rv_ptr: Int64, o_ptr: Int64,
+                 lse_ptr: Int64, batch_size: Int32, num_kv_heads: Int32, group: Int32,
+                 num_splits: Int32, rv_head_stride: Int32, out_kind: Int32, o_stride_b: Int32,
+                 o_stride_h: Int32, stream: cuda.CUstream):
+        self.kernel(opart_ptr, lse_part_ptr, rv_ptr, o_ptr, lse_ptr, group, num_splits,
+                    rv_head_stride, out_kind, o_stride_b,
+                    o_stride_h).launch(grid=(num_kv_heads * group, batch_size, 1),
+                                       block=(self.threads, 1, 1), stream=stream,
+                                       smem=(2 * self.threads + 64) * 4)
 
     @cute.kernel
-    def kernel(self, opart_ptr: Int64, lse_part_ptr: Int64, o_ptr: Int64, lse_ptr: Int64,
-               group: Int32, num_splits: Int32):
+    def kernel(self, opart_ptr: Int64, lse_part_ptr: Int64, rv_ptr: Int64, o_ptr: Int64,
+               lse_ptr: Int64, group: Int32, num_splits: Int32, rv_head_stride: Int32,
+               out_kind: Int32, o_stride_b: Int32, o_stride_h: Int32):
         d = self.d
         nthreads = self.threads
         nwarps = nthreads // 32
@@ -824,11 +830,18 @@ class Int2DecodeMergeSm90:
         warp = t // 32
         part = t // d
         ch = t - part * d
+        h = qh // group
         sm = cute.arch.get_dyn_smem(cutlass.Int8, alignment=16).toint()
-        s_w = sm                          # [nthreads] split weights
+        s_w = sm                          # [nthreads] split weights, then o_rot[d]
         s_red = sm + nthreads * 4         # [nthreads] partial sums
         s_warp = sm + 2 * nthreads * 4    # [nwarps] warp maxima, then sums
         row = Int64(b) * Int64(num_qo_heads) + Int64(qh)
+        # R_V row e = ch, quarter `part` of its columns: loaded first, in flight meanwhile
+        dq = d // MERGE_PARTS
+        rrow = rv_ptr + (Int64(h) * Int64(rv_head_stride) + Int64(ch) * d + Int64(part * dq)) * 4
+        rv = []
+        for dd in cutlass.range_constexpr(0, dq, 4):
+            rv.append(_ldg_v4f(rrow + dd * 4))
         # lse2 of split t, block max
         l_t = Float32(NEG_INF)
         if t < num_splits:
@@ -872,44 +885,60 @@ class Int2DecodeMergeSm90:
             o = Float32(0.0)
             for pp in cutlass.range_constexpr(MERGE_PARTS):
                 o = o + _lds_f32(s_red + (pp * d + ch) * 4)
-            _stg_f32(o_ptr + (row * d + Int64(ch)) * 4, o * inv)
+            _sts_f32(s_w + ch * 4, o * inv)      # o_rot[ch] (split weights are consumed)
         if t == 0:
             lse = Float32(NEG_INF)
             if tot > Float32(0.0):
                 lse = (mx + _lg2(tot)) * Float32(math.log(2.0))
             _stg_f32(lse_ptr + row * 4, lse)
+        cute.arch.sync_threads()
+        # o[e] = sum_d o_rot[d] R_V[h, e, d]: thread (part, e) sums its quarter of d
+        e = ch
+        acc2 = Float32(0.0)
+        for i in cutlass.range_constexpr(dq // 4):
+            r0, r1, r2, r3 = rv[i]
+            x0, x1, x2, x3 = _lds_v4f(s_w + (part * dq + 4 * i) * 4)
+            acc2 = acc2 + r0 * x0 + r1 * x1 + r2 * x2 + r3 * x3
+        _sts_f32(s_red + t * 4, acc2)
+        cute.arch.sync_threads()
+        if part == 0:
+            o = Float32(0.0)
+            for pp in cutlass.range_constexpr(MERGE_PARTS):
+                o = o + _lds_f32(s_red + (pp * d + e) * 4)
+            oel = Int64(b) * Int64(o_stride_b) + Int64(qh) * Int64(o_stride_h) + Int64(e)
+            _store_kind(o_ptr, oel, o, out_kind)
 
 
 class RowTransformSm90:
-    """``y[b, h, g, :] = x[b, h, g, :] @ M[h]`` for every (sequence, KV head, query head):
-    the query rotation (``M = R_K``, bf16 out) and the output un-rotation
-    (``M = R_V^T``, read transposed from ``R_V``; float32 out).
+    """The query rotation ``q'[b, h, g, :] = q[b, h * group + g, :] @ R_K[h]`` for every
+    (sequence, KV head, query head), read in q's own dtype, bf16 out.
 
-    One CTA per (KV head, tile of ``rows`` rows ``(b, g)``; 8 or 32), ``head_dim`` threads (thread
-    ``c`` owns output channel ``c`` of every row of the tile): ``M[h]`` is read once per
-    tile, coalesced (or as contiguous rows when transposed), x rows are staged in smem.
-    ``x`` is float32 ``[B, H, G, D]`` contiguous, ``M`` float32 ``[H or 1, D, D]``.
+    One CTA per (KV head, tile of ``rows`` rows ``(b, g)``; 8 or 32), ``head_dim`` threads
+    (thread ``c`` owns output channel ``c`` of every row of the tile): ``R_K[h]`` is read
+    once per tile, coalesced; q rows are staged in smem as float32. ``q`` element
+    ``(b, qh, c)`` is at ``x_ptr + (b * x_stride_b + qh * x_stride_h + c) * elem``, float32
+    (``in_kind`` 0), bf16 (1) or fp16 (2); ``M`` float32 ``[H or 1, D, D]``; ``q'`` bf16
+    ``[B, H, G, D]`` contiguous.
     """
 
-    def __init__(self, config: Int2DecodeConfig, transpose_m: bool, out_bf16: bool,
-                 rows: int = 32):
+    def __init__(self, config: Int2DecodeConfig, rows: int = 32):
         self.d = config.head_dim
-        self.transpose_m = transpose_m
-        self.out_bf16 = out_bf16
         self.ROWS = rows
 
     @cute.jit
     def __call__(self, x_ptr: Int64, m_ptr: Int64, y_ptr: Int64, batch_size: Int32,
-                 num_kv_heads: Int32, group: Int32, m_head_stride: Int32,
-                 stream: cuda.CUstream):
+                 num_kv_heads: Int32, group: Int32, m_head_stride: Int32, in_kind: Int32,
+                 x_stride_b: Int32, x_stride_h: Int32, stream: cuda.CUstream):
         tiles = (batch_size * group + self.ROWS - 1) // self.ROWS
-        self.kernel(x_ptr, m_ptr, y_ptr, batch_size, num_kv_heads, group,
-                    m_head_stride).launch(grid=(num_kv_heads, tiles, 1), block=(self.d, 1, 1),
-                                          stream=stream, smem=self.ROWS * self.d * 4)
+        self.kernel(x_ptr, m_ptr, y_ptr, batch_size, num_kv_heads, group, m_head_stride,
+                    in_kind, x_stride_b,
+                    x_stride_h).launch(grid=(num_kv_heads, tiles, 1), block=(self.d, 1, 1),
+                                       stream=stream, smem=self.ROWS * self.d * 4)
 
     @cute.kernel
     def kernel(self, x_ptr: Int64, m_ptr: Int64, y_ptr: Int64, batch_size: Int32,
-               num_kv_heads: Int32, group: Int32, m_head_stride: Int32):
+               num_kv_heads: Int32, group: Int32, m_head_stride: Int32, in_kind: Int32,
+               x_stride_b: Int32, x_stride_h: Int32):
         d = self.d
         nr = self.ROWS
         h, tile, _ = cute.arch.block_idx()
@@ -921,8 +950,9 @@ class RowTransformSm90:
             rr = cutlass.min(tile * nr + r, nrows - 1)
             b = rr // group
             g = rr - b * group
-            xoff = ((Int64(b) * Int64(num_kv_heads) + Int64(h)) * Int64(group) + Int64(g)) * d
-            v = _ldg_f32(x_ptr + (xoff + Int64(c)) * 4)
+            xel = (Int64(b) * Int64(x_stride_b) + Int64(h * group + g) * Int64(x_stride_h)
+                   + Int64(c))
+            v = _ldg_kind(x_ptr + xel * 4, x_ptr + xel * 2, in_kind)
             keep = Float32(cutlass.select_(tile * nr + r < nrows, 1.0, 0.0))
             _sts_f32(sm + (r * d + c) * 4, v * keep)
         cute.arch.sync_threads()
@@ -931,13 +961,10 @@ class RowTransformSm90:
             acc[r] = Float32(0.0)
         mbase = m_ptr + Int64(h) * Int64(m_head_stride) * 4
         for k in cutlass.range_constexpr(0, d, 4):   # fully unrolled: M loads all in flight
-            if cutlass.const_expr(self.transpose_m):
-                m0, m1, m2, m3 = _ldg_v4f(mbase + (Int64(c) * d + Int64(k)) * 4)
-            else:
-                m0 = _ldg_f32(mbase + (Int64(k) * d + Int64(c)) * 4)
-                m1 = _ldg_f32(mbase + (Int64(k + 1) * d + Int64(c)) * 4)
-                m2 = _ldg_f32(mbase + (Int64(k + 2) * d + Int64(c)) * 4)
-                m3 = _ldg_f32(mbase + (Int64(k + 3) * d + Int64(c)) * 4)
+            m0 = _ldg_f32(mbase + (Int64(k) * d + Int64(c)) * 4)
+            m1 = _ldg_f32(mbase + (Int64(k + 1) * d + Int64(c)) * 4)
+            m2 = _ldg_f32(mbase + (Int64(k + 2) * d + Int64(c)) * 4)
+            m3 = _ldg_f32(mbase + (Int64(k + 3) * d + Int64(c)) * 4)
             for r in cutlass.range_constexpr(nr):
                 x0, x1, x2, x3 = _lds_v4f(sm + (r * d + k) * 4)
                 acc[r] = acc[r] + x0 * m0 + x1 * m1 + x2 * m2 + x3 * m3
@@ -947,10 +974,27 @@ class RowTransformSm90:
                 b = rr // group
                 g = rr - b * group
                 yoff = ((Int64(b) * Int64(num_kv_heads) + Int64(h)) * Int64(group) + Int64(g)) * d
-                if cutlass.const_expr(self.out_bf16):
-                    _stg_b16(y_ptr + (yoff + Int64(c)) * 2, acc[r])
-                else:
-                    _stg_f32(y_ptr + (yoff + Int64(c)) * 4, acc[r])
+                _stg_b16(y_ptr + (yoff + Int64(c)) * 2, acc[r])
+
+
+def _ldg_kind(addr4, addr2, kind):
+    """Load one element as float32: ``kind`` 0 float32 at ``addr4``, 1 bf16 / 2 fp16 at
+    ``addr2`` (predicated loads, no branch)."""
+    return _ptx("{ .reg .pred p0, p1; .reg .b16 t; .reg .f32 a, x, y; "
+                "setp.eq.s32 p0, {$r2}, 0; setp.eq.s32 p1, {$r2}, 1; "
+                "mov.f32 a, 0f00000000; mov.b16 t, 0; "
+                "@p0 ld.global.nc.f32 a, [{$r0}]; @!p0 ld.global.nc.b16 t, [{$r1}]; "
+                "cvt.f32.bf16 x, t; cvt.f32.f16 y, t; selp.f32 y, x, y, p1; "
+                "selp.f32 {$w0}, a, y, p0; }", [Float32], [addr4, addr2, kind])
+
+
+def _store_kind(base, idx, val, kind):
+    """Store ``val`` at element ``idx`` of ``base``: ``kind`` 0 float32, 1 bf16, 2 fp16."""
+    _ptx("{ .reg .pred p0, p1, p2; .reg .b16 t, u; "
+         "setp.eq.s32 p0, {$r3}, 0; setp.eq.s32 p1, {$r3}, 1; setp.eq.s32 p2, {$r3}, 2; "
+         "cvt.rn.bf16.f32 t, {$r2}; cvt.rn.f16.f32 u, {$r2}; "
+         "@p0 st.global.f32 [{$r0}], {$r2}; @p1 st.global.b16 [{$r1}], t; "
+         "@p2 st.global.b16 [{$r1}], u; }", [], [base + idx * 4, base + idx * 2, val, kind])
 
 
 def _lds_v4f(addr):
@@ -994,22 +1038,20 @@ def compile_decode(config: Int2DecodeConfig):
 
 
 def compile_merge(config: Int2DecodeConfig):
-    """``cute.compile`` the split-merge launcher for ``config``."""
+    """``cute.compile`` the split-merge + un-rotation launcher for ``config``."""
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
     from cutlass.runtime import make_fake_stream
 
     op = Int2DecodeMergeSm90(config)
     z64, z32 = Int64(0), Int32(0)
-    return cute.compile(op, *([z64] * 4), *([z32] * 4), make_fake_stream())
+    return cute.compile(op, *([z64] * 5), *([z32] * 8), make_fake_stream())
 
 
-def compile_rotate(config: Int2DecodeConfig, which: str, rows: int = 32):
-    """``cute.compile`` the row transform: ``which="q"`` (x @ R_K -> bf16) or ``"o"``
-    (x @ R_V^T -> float32), ``rows`` rows per CTA (8 for small batches, 32)."""
+def compile_rotate(config: Int2DecodeConfig, rows: int = 32):
+    """``cute.compile`` the query rotation, ``rows`` rows per CTA (8 for small batches, 32)."""
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
     from cutlass.runtime import make_fake_stream
 
-    op = RowTransformSm90(config, transpose_m=(which == "o"), out_bf16=(which == "q"),
-                          rows=rows)
+    op = RowTransformSm90(config, rows=rows)
     z64, z32 = Int64(0), Int32(0)
-    return cute.compile(op, *([z64] * 3), *([z32] * 4), make_fake_stream())
+    return cute.compile(op, *([z64] * 3), *([z32] * 7), make_fake_stream())
