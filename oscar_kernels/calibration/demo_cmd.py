@@ -39,8 +39,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "calibrate's shipped per-layer recipe; kv-cov is also calibrated)")
     parser.add_argument("--windows", type=int, default=2,
                         help="held-out windows of 2048 tokens (default 2)")
-    parser.add_argument("--passkey-lengths", type=int, nargs="+", default=[1024, 1536])
-    parser.add_argument("--passkey-depths", type=float, nargs="+", default=[0.5])
+    parser.add_argument("--passkey-lengths", type=int, nargs="+", default=[1024, 1536],
+                        help="passkey prompt lengths (default 1024 1536)")
+    parser.add_argument("--passkey-depths", type=float, nargs="+", default=[0.25, 0.75],
+                        help="needle depths (default 0.25 0.75)")
+    parser.add_argument("--passkey-keys", type=int, default=1, metavar="N",
+                        help="keys per (length, depth) (default 1: 4 trials per row, sized "
+                             "for the demo's time budget; the committed results use 60)")
     parser.add_argument("--no-passkey", action="store_true")
     parser.add_argument("--out-dir", default=DEFAULT_OUT,
                         help=f"results and rotations go here (default {DEFAULT_OUT})")
@@ -55,7 +60,8 @@ def _eval_args(args, rot_dir: str) -> argparse.Namespace:
     eval_cmd.add_arguments(p)
     argv = ["--rotations", rot_dir, "--methods", *args.methods, "--windows",
             str(args.windows), "--passkey-lengths", *map(str, args.passkey_lengths),
-            "--passkey-depths", *map(str, args.passkey_depths), "--out-dir", args.out_dir]
+            "--passkey-depths", *map(str, args.passkey_depths), "--passkey-keys",
+            str(args.passkey_keys), "--out-dir", args.out_dir]
     if args.model:
         argv += ["--model", args.model]
     if args.no_passkey:

@@ -114,7 +114,21 @@ def test_cli_argument_errors_name_the_argument():
     args = p.parse_args(["--tail-start", "2048"])
     with pytest.raises(ValueError, match="--tail-start"):
         eval_cmd._check_args(args, 8192)
+    args = p.parse_args(["--passkey-keys", "0"])
+    with pytest.raises(ValueError, match="--passkey-keys"):
+        eval_cmd._check_args(args, 8192)
     assert eval_cmd._check_args(p.parse_args([]), 8192) == [1024, 2048]
+
+
+def test_demo_forwards_its_passkey_grid_to_eval():
+    from oscar_kernels.calibration import demo_cmd
+
+    p = argparse.ArgumentParser()
+    demo_cmd.add_arguments(p)
+    args = demo_cmd._eval_args(p.parse_args(["--passkey-keys", "3", "--passkey-depths", "0.2",
+                                             "--windows", "3"]), "rot/")
+    assert (args.passkey_keys, args.passkey_depths, args.windows) == (3, [0.2], 3)
+    assert args.rotations == ["rot/"] and args.passkey_lengths == [1024, 1536]
 
 
 def test_rotation_for_another_model_is_rejected(tmp_path):

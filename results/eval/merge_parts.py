@@ -1,0 +1,79 @@
+"""Merge ``oscar-kv eval`` runs made in parts (different ``--methods``/``--clip``) into one
+table, refusing to merge runs that did not measure the same thing.
+
+Usage (from the repository root)::
+
+    PYTHONPATH=. python results/eval/merge_parts.py OUT_DIR PART_DIR [PART_DIR ...]
+
+Every part must have the same model, held-out windows, contexts, cache geometry and
+passkey grid (meta fields compared below); a row measured in several parts (``bf16`` is
+in every part, it is the KL/top-1 and passkey reference) must be identical in all of them
+(the pipeline is deterministic), else the merge fails. Rows keep the order of the parts.
+Writes ``results.md``, ``results.json`` and ``results.png`` to ``OUT_DIR`` with every
+part's command in the header.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from oscar_kernels.calibration.evaluate import write_outputs
+
+SAME = ("model", "heldout", "heldout_tokens", "windows", "ctx", "contexts", "tail_start",
+        "sink_size", "recent_size", "group_size", "passkey_lengths", "passkey_depths",
+        "passkey_seed", "passkey_cache", "passkey_keys_per_cell")
+VOLATILE = ("seconds", "passkey_seconds")
+
+
+def _stable(row: dict) -> dict:
+    return {k: v for k, v in row.items() if k not in VOLATILE}
+
+
+def merge(parts: list[str]) -> tuple[list[dict], dict, list[str]]:
+    metas, rows, notes, seen = [], [], [], {}
+    for d in parts:
+        data = json.load(open(os.path.join(d, "results.json")))
+        meta = data["meta"]
+        if metas:
+            for k in SAME:
+                if meta.get(k) != metas[0].get(k):
+                    raise SystemExit(f"{d}: meta[{k!r}] = {meta.get(k)!r} differs from "
+                                     f"{parts[0]}: {metas[0].get(k)!r}")
+        metas.append(meta)
+        for r in data["rows"]:
+            if r["label"] in seen:
+                if _stable(r) != _stable(seen[r["label"]]):
+                    raise SystemExit(f"{d}: row {r['label']!r} differs from an earlier part")
+                continue
+            seen[r["label"]] = r
+            rows.append(r)
+        notes += [n for n in data.get("notes", []) if n not in notes]
+    meta = dict(metas[0])
+    meta["command"] = " ; ".join(m["command"] for m in metas)
+    meta["parts"] = [{"dir": d, "command": m["command"], "date": m["date"],
+                      "seconds_total": m["seconds_total"],
+                      "loadavg_start": m["environment"].get("loadavg_start")}
+                     for d, m in zip(parts, metas)]
+    meta["seconds_total"] = round(sum(m["seconds_total"] for m in metas), 1)
+    meta["date"] = max(m["date"] for m in metas)
+    return rows, meta, notes
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2:
+        print(__doc__)
+        return 2
+    out, parts = argv[0], argv[1:]
+    rows, meta, notes = merge(parts)
+    # drop notes about rows another part did measure
+    labels = {r["label"] for r in rows}
+    notes = [n for n in notes if n.split(":")[0] not in labels]
+    paths = write_outputs(out, rows, meta, meta["contexts"], meta["tail_start"], notes)
+    print("wrote", ", ".join(paths), f"({len(rows)} rows from {len(parts)} parts)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
