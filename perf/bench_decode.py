@@ -49,7 +49,9 @@ def parse_triton_configs(text: str):
     ``BNxWARPSxSTAGES`` then optional ``:rN`` (maxnreg), ``:tN`` (target programs),
     ``:sN`` (fixed split count), ``:slow`` (element-wise unpack instead of the PTX one),
     ``:norot`` / ``:rot`` (queries rotated by a torch GEMM before the launch / in the
-    kernel; default: by batch, see ``DecodeConfig``). ``default`` alone is ``DecodeConfig()``.
+    kernel; default: by batch, see ``DecodeConfig``), ``:magic`` (the 1024-offset PTX
+    unpack instead of the subnormal one), ``:meN`` / ``:mwN`` (merge tile elements / warps).
+    ``default`` alone is ``DecodeConfig()``.
     """
     from oscar_kernels.triton_ref.paged_decode import DecodeConfig
 
@@ -68,6 +70,12 @@ def parse_triton_configs(text: str):
                 kw["rotate_in_kernel"] = False
             elif o == "rot":
                 kw["rotate_in_kernel"] = True
+            elif o == "magic":
+                kw["unpack"] = "magic"
+            elif o[:2] == "me":
+                kw["merge_elems"] = int(o[2:])
+            elif o[:2] == "mw":
+                kw["merge_warps"] = int(o[2:])
             elif o[0] == "r":
                 kw["maxnreg"] = int(o[1:])
             elif o[0] == "t":
@@ -94,7 +102,7 @@ def kernel_breakdown(fn, iters: int = 20) -> dict:
     for e in prof.key_averages():
         total = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
         if total and e.count:
-            out[e.key[:60]] = round(total / iters, 2)
+            out[e.key[:100]] = round(total / iters, 2)
     return out
 
 

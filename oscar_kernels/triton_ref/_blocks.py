@@ -15,6 +15,21 @@ A quarter belongs to group ``i · NG // 4`` (``NG = D / group_size`` in {1, 2, 4
 the query keeps 11 bits, above bf16's 8), ``p·scale`` is fp16 in the value dot;
 BF16 window rows use TF32 dots on fp32 operands. Without it (CPU interpreter, whose
 low-precision dots are unreliable) every dot is IEEE fp32.
+
+``UNPACK`` picks how packed bytes become dot operands:
+
+* ``0`` element-wise: ``(byte >> 2i) & 3`` per element (the interpreter's path);
+* ``1`` "magic" (PTX, 1.5 instructions per code): shift, mask, ``prmt`` each code under an
+  ``0x64`` high byte (fp16 ``1024 + c``), ``sub.f16x2`` of 1024;
+* ``2`` "subnormal" (PTX, 0.625 instructions per code): the four bytes are spread once into
+  the low bytes of two 16-bit halves (two ``prmt``, shared by the four quarters), then quarter
+  ``i`` is one ``and`` with ``0x0003 << 2i`` per half. The masked half *is* an fp16
+  subnormal of value ``c · 4^i · 2^-24``, exact, with no offset to subtract and no shift.
+  The powers of two are folded into the algebra: the query quarter ``i`` is pre-scaled by
+  ``4^-i`` (``_int2_query``), the key scale by ``2^24`` (``KSCALE``), and the caller
+  multiplies the value accumulator of quarter ``i`` by ``2^24 / 4^i`` once after the
+  INT2 loop (``int2_unscale``). On the CPU the same algebra runs with fp32 codes
+  ``c · 4^i · 2^-24``, so the interpreter tests check the folding.
 """
 
 from __future__ import annotations
@@ -49,17 +64,44 @@ _UNPACK_ASM_2 = tl.constexpr(_unpack_asm(4))
 _UNPACK_ASM_3 = tl.constexpr(_unpack_asm(6))
 
 
+def _subnormal_asm(quarter: int) -> str:
+    """PTX: 4 packed bytes in ``$2`` → quarter ``quarter`` codes as 4 fp16 subnormals
+    ``c · 4^quarter · 2^-24`` in ``$0, $1``. The two ``prmt`` (byte k → low byte of half k)
+    are identical for every quarter, so ptxas computes them once per register."""
+    mask = 0x00030003 << (2 * quarter)
+    return ("{ .reg .b32 t, u; prmt.b32 t, $2, $2, 0x1100; prmt.b32 u, $2, $2, 0x3322;"
+            f" and.b32 $0, t, {mask:#010x}; and.b32 $1, u, {mask:#010x}; }}")
+
+
+_SUBNORMAL_ASM_0 = tl.constexpr(_subnormal_asm(0))
+_SUBNORMAL_ASM_1 = tl.constexpr(_subnormal_asm(1))
+_SUBNORMAL_ASM_2 = tl.constexpr(_subnormal_asm(2))
+_SUBNORMAL_ASM_3 = tl.constexpr(_subnormal_asm(3))
+TWO_M24: tl.constexpr = tl.constexpr(2.0 ** -24)
+TWO_24: tl.constexpr = tl.constexpr(2.0 ** 24)
+
+
 @triton.jit
-def _codes_quarter(raw8, I: tl.constexpr, DOT16: tl.constexpr, FAST_UNPACK: tl.constexpr):
+def _codes_quarter(raw8, I: tl.constexpr, DOT16: tl.constexpr, UNPACK: tl.constexpr):
     """Codes of quarter ``I`` from packed bytes ``raw8 [N, D/4]`` (uint8) in the dot dtype.
 
-    ``FAST_UNPACK`` (GPU): PTX on four bytes at a time — shift, mask ``0x03030303``, two
-    ``prmt`` that place each 2-bit code under an ``0x64`` high byte (fp16 ``1024 + code``,
-    exact) and two ``sub.f16x2`` of 1024: 1.5 instructions per code, no int→float
-    conversion. Otherwise the same arithmetic element by element (``c | 0x6400`` as fp16
-    minus 1024), or fp32 codes without ``DOT16``.
+    ``UNPACK`` as in the module docstring. ``1``/``2`` need ``DOT16`` (PTX, fp16); without
+    ``DOT16``, ``2`` gives fp32 ``c · 4^I · 2^-24`` and ``0``/``1`` fp32 ``c``.
     """
-    if FAST_UNPACK:
+    if DOT16 and UNPACK == 2:
+        if I == 0:
+            return tl.inline_asm_elementwise(_SUBNORMAL_ASM_0, "=r,=r,r", [raw8],
+                                             dtype=tl.float16, is_pure=True, pack=4)
+        elif I == 1:
+            return tl.inline_asm_elementwise(_SUBNORMAL_ASM_1, "=r,=r,r", [raw8],
+                                             dtype=tl.float16, is_pure=True, pack=4)
+        elif I == 2:
+            return tl.inline_asm_elementwise(_SUBNORMAL_ASM_2, "=r,=r,r", [raw8],
+                                             dtype=tl.float16, is_pure=True, pack=4)
+        else:
+            return tl.inline_asm_elementwise(_SUBNORMAL_ASM_3, "=r,=r,r", [raw8],
+                                             dtype=tl.float16, is_pure=True, pack=4)
+    elif DOT16 and UNPACK == 1:
         if I == 0:
             return tl.inline_asm_elementwise(_UNPACK_ASM_0, "=r,=r,r", [raw8], dtype=tl.float16,
                                              is_pure=True, pack=4)
@@ -74,7 +116,10 @@ def _codes_quarter(raw8, I: tl.constexpr, DOT16: tl.constexpr, FAST_UNPACK: tl.c
                                              is_pure=True, pack=4)
     else:
         c = (raw8.to(tl.int32) >> (2 * I)) & 3
-        if DOT16:
+        if UNPACK == 2:
+            # the subnormal path's values, in fp32 (interpreter): c · 4^I · 2^-24
+            return c.to(tl.float32) * (TWO_M24 * (4 ** I))
+        elif DOT16:
             # 0x6400 is fp16 1024.0 with a zero mantissa: (c | 0x6400) reinterpreted is
             # 1024 + c exactly, so an OR and an fp16 subtract replace an int→float conversion.
             f = (c | 0x6400).to(tl.int16).to(tl.float16, bitcast=True)
@@ -92,6 +137,15 @@ def _dot(a, b, DOT16: tl.constexpr):
 
 
 @triton.jit
+def _dot_acc(a, b, acc, DOT16: tl.constexpr):
+    """``acc + a @ b`` accumulated inside the dot (no separate add)."""
+    if DOT16:
+        return tl.dot(a, b, acc)
+    else:
+        return tl.dot(a, b, acc, input_precision="ieee")
+
+
+@triton.jit
 def _dot_f32(a, b, DOT16: tl.constexpr):
     """fp32 operands: TF32 on the GPU, IEEE in the interpreter."""
     if DOT16:
@@ -101,9 +155,15 @@ def _dot_f32(a, b, DOT16: tl.constexpr):
 
 
 @triton.jit
-def _int2_query(q0, q1, q2, q3, DOT16: tl.constexpr):
-    """Query quarters as the INT2 dots take them (fp16 on the fast path) and their row sums
-    (the ``zero * sum(q)`` term of the folded dequantization)."""
+def _int2_query(q0, q1, q2, q3, DOT16: tl.constexpr, UNPACK: tl.constexpr):
+    """Query quarters as the INT2 dots take them (fp16 on the fast path; quarter ``i``
+    times ``4^-i`` for ``UNPACK == 2``) and the row sums of the unscaled values (the
+    ``zero * sum(q)`` term of the folded dequantization)."""
+    if UNPACK == 2:
+        # exact powers of two: the rounding to fp16 is that of q itself (barring subnormals)
+        q1 = q1 * 0.25
+        q2 = q2 * 0.0625
+        q3 = q3 * 0.015625
     if DOT16:
         qc0 = q0.to(tl.float16)
         qc1 = q1.to(tl.float16)
@@ -118,7 +178,35 @@ def _int2_query(q0, q1, q2, q3, DOT16: tl.constexpr):
     qs1 = tl.sum(qc1.to(tl.float32), axis=1)
     qs2 = tl.sum(qc2.to(tl.float32), axis=1)
     qs3 = tl.sum(qc3.to(tl.float32), axis=1)
+    if UNPACK == 2:
+        qs1 = qs1 * 4.0
+        qs2 = qs2 * 16.0
+        qs3 = qs3 * 64.0
     return qc0, qc1, qc2, qc3, qs0, qs1, qs2, qs3
+
+
+@triton.jit
+def _int2_scale(a0, a1, a2, a3, UNPACK: tl.constexpr):
+    """The inverse of ``_int2_unscale``: accumulators that already hold BF16-row sums, into
+    the scaled units of an INT2 loop that follows (extend: the INT2 pages come last)."""
+    if UNPACK == 2:
+        a0 = a0 * TWO_M24
+        a1 = a1 * (TWO_M24 * 4)
+        a2 = a2 * (TWO_M24 * 16)
+        a3 = a3 * (TWO_M24 * 64)
+    return a0, a1, a2, a3
+
+
+@triton.jit
+def _int2_unscale(a0, a1, a2, a3, UNPACK: tl.constexpr):
+    """Value accumulators of an INT2 loop back to code units (``UNPACK == 2``: quarter ``i``
+    was accumulated in units of ``4^i · 2^-24``; exact power-of-two products)."""
+    if UNPACK == 2:
+        a0 = a0 * TWO_24
+        a1 = a1 * (TWO_24 / 4)
+        a2 = a2 * (TWO_24 / 16)
+        a3 = a3 * (TWO_24 / 64)
+    return a0, a1, a2, a3
 
 
 @triton.jit
@@ -126,35 +214,47 @@ def _int2_block(q0, q1, q2, q3, qs0, qs1, qs2, qs3,
                 k_codes, v_codes, cbase, k_params, v_params, pbase, nmask, valid,
                 m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3,
                 PD: tl.constexpr, NG: tl.constexpr, DOT16: tl.constexpr,
-                FAST_UNPACK: tl.constexpr):
+                UNPACK: tl.constexpr):
     """Attend one block of ``N`` INT2 tokens.
 
-    ``q0..q3 [M, PD]`` (dot dtype), ``qs0..qs3 [M]`` fp32 quarter sums of the same values;
+    ``q0..q3 [M, PD]`` from ``_int2_query`` (dot dtype), ``qs0..qs3 [M]`` fp32 quarter sums;
     ``cbase``/``pbase [N]`` int64 element offsets of each token's codes/params row;
-    ``nmask [N]`` loadable tokens; ``valid [M, N]`` visible (query, token) pairs.
+    ``nmask [N]`` loadable tokens; ``valid [M, N]`` visible (query, token) pairs. With
+    ``UNPACK == 2`` the returned ``a0..a3`` are in the scaled units that ``_int2_unscale``
+    undoes (scores and ``z`` are not scaled).
     """
+    KSCALE: tl.constexpr = TWO_24 if UNPACK == 2 else 1.0
     j = tl.arange(0, PD)
     kraw = tl.load(k_codes + cbase[:, None] + j[None, :], mask=nmask[:, None], other=0)
-    ks0 = tl.load(k_params + pbase, mask=nmask, other=0.0).to(tl.float32)
+    ks0 = tl.load(k_params + pbase, mask=nmask, other=0.0).to(tl.float32) * KSCALE
     kz0 = tl.load(k_params + pbase + 1, mask=nmask, other=0.0).to(tl.float32)
-    d0 = _dot(q0, tl.trans(_codes_quarter(kraw, 0, DOT16, FAST_UNPACK)), DOT16)
-    d1 = _dot(q1, tl.trans(_codes_quarter(kraw, 1, DOT16, FAST_UNPACK)), DOT16)
-    d2 = _dot(q2, tl.trans(_codes_quarter(kraw, 2, DOT16, FAST_UNPACK)), DOT16)
-    d3 = _dot(q3, tl.trans(_codes_quarter(kraw, 3, DOT16, FAST_UNPACK)), DOT16)
+    k0 = tl.trans(_codes_quarter(kraw, 0, DOT16, UNPACK))
+    k1 = tl.trans(_codes_quarter(kraw, 1, DOT16, UNPACK))
+    k2 = tl.trans(_codes_quarter(kraw, 2, DOT16, UNPACK))
+    k3 = tl.trans(_codes_quarter(kraw, 3, DOT16, UNPACK))
     if NG == 1:
-        s = ks0[None, :] * (d0 + d1 + d2 + d3) + kz0[None, :] * (qs0 + qs1 + qs2 + qs3)[:, None]
+        # one accumulator chained through the four quarter dots
+        d = _dot_acc(q3, k3, _dot_acc(q2, k2, _dot_acc(q1, k1, _dot(q0, k0, DOT16), DOT16),
+                                      DOT16), DOT16)
+        s = ks0[None, :] * d + kz0[None, :] * (qs0 + qs1 + qs2 + qs3)[:, None]
     elif NG == 2:
-        ks1 = tl.load(k_params + pbase + 2, mask=nmask, other=0.0).to(tl.float32)
+        ks1 = tl.load(k_params + pbase + 2, mask=nmask, other=0.0).to(tl.float32) * KSCALE
         kz1 = tl.load(k_params + pbase + 3, mask=nmask, other=0.0).to(tl.float32)
-        s = (ks0[None, :] * (d0 + d1) + ks1[None, :] * (d2 + d3)
+        d01 = _dot_acc(q1, k1, _dot(q0, k0, DOT16), DOT16)
+        d23 = _dot_acc(q3, k3, _dot(q2, k2, DOT16), DOT16)
+        s = (ks0[None, :] * d01 + ks1[None, :] * d23
              + kz0[None, :] * (qs0 + qs1)[:, None] + kz1[None, :] * (qs2 + qs3)[:, None])
     else:
-        ks1 = tl.load(k_params + pbase + 2, mask=nmask, other=0.0).to(tl.float32)
+        ks1 = tl.load(k_params + pbase + 2, mask=nmask, other=0.0).to(tl.float32) * KSCALE
         kz1 = tl.load(k_params + pbase + 3, mask=nmask, other=0.0).to(tl.float32)
-        ks2 = tl.load(k_params + pbase + 4, mask=nmask, other=0.0).to(tl.float32)
+        ks2 = tl.load(k_params + pbase + 4, mask=nmask, other=0.0).to(tl.float32) * KSCALE
         kz2 = tl.load(k_params + pbase + 5, mask=nmask, other=0.0).to(tl.float32)
-        ks3 = tl.load(k_params + pbase + 6, mask=nmask, other=0.0).to(tl.float32)
+        ks3 = tl.load(k_params + pbase + 6, mask=nmask, other=0.0).to(tl.float32) * KSCALE
         kz3 = tl.load(k_params + pbase + 7, mask=nmask, other=0.0).to(tl.float32)
+        d0 = _dot(q0, k0, DOT16)
+        d1 = _dot(q1, k1, DOT16)
+        d2 = _dot(q2, k2, DOT16)
+        d3 = _dot(q3, k3, DOT16)
         s = (ks0[None, :] * d0 + ks1[None, :] * d1 + ks2[None, :] * d2 + ks3[None, :] * d3
              + kz0[None, :] * qs0[:, None] + kz1[None, :] * qs1[:, None]
              + kz2[None, :] * qs2[:, None] + kz3[None, :] * qs3[:, None])
@@ -164,10 +264,10 @@ def _int2_block(q0, q1, q2, q3, qs0, qs1, qs2, qs3,
     vraw = tl.load(v_codes + cbase[:, None] + j[None, :], mask=nmask[:, None], other=0)
     vs0 = tl.load(v_params + pbase, mask=nmask, other=0.0).to(tl.float32)
     vz0 = tl.load(v_params + pbase + 1, mask=nmask, other=0.0).to(tl.float32)
-    v0 = _codes_quarter(vraw, 0, DOT16, FAST_UNPACK)
-    v1 = _codes_quarter(vraw, 1, DOT16, FAST_UNPACK)
-    v2 = _codes_quarter(vraw, 2, DOT16, FAST_UNPACK)
-    v3 = _codes_quarter(vraw, 3, DOT16, FAST_UNPACK)
+    v0 = _codes_quarter(vraw, 0, DOT16, UNPACK)
+    v1 = _codes_quarter(vraw, 1, DOT16, UNPACK)
+    v2 = _codes_quarter(vraw, 2, DOT16, UNPACK)
+    v3 = _codes_quarter(vraw, 3, DOT16, UNPACK)
     a0 = a0 * alpha[:, None]
     a1 = a1 * alpha[:, None]
     a2 = a2 * alpha[:, None]

@@ -50,7 +50,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._blocks import _bf16_block, _int2_block, _int2_query, _rotate_quarter
+from ._blocks import _bf16_block, _int2_block, _int2_query, _int2_unscale, _rotate_quarter
 from ._common import interpret_mode, page_strides
 
 LOG2E = 1.4426950408889634
@@ -66,7 +66,10 @@ class DecodeConfig:
     caps registers per thread (168 lets three 4-warp programs share an SM; the kernel
     otherwise takes ~243 and two fit: 2.12 → 1.53 ms at batch 32, 64K, with
     ``num_stages=3``; perf/results/2026-11-29_h200_bench_decode_sweep.json),
-    ``fast_unpack`` selects the PTX unpack, ``rotate_in_kernel=False`` rotates the
+    ``fast_unpack`` selects a PTX unpack, ``unpack`` which one (``"subnormal"``: 0.625
+    instructions per code, or ``"magic"``: 1.5; see ``_blocks.py``; the interpreter runs
+    the subnormal algebra with fp32 codes), ``merge_elems`` / ``merge_warps`` size the
+    merge's per-step tile (``BLOCK_S · GQA · D`` fp32), ``rotate_in_kernel=False`` rotates the
     queries with one torch GEMM before the launch. ``None`` for ``target_programs`` or
     ``rotate_in_kernel`` means: chosen by ``batch · heads`` (at most ``small_pairs``:
     396 programs and the rotation in the kernel; else 528 and the torch GEMM), the
@@ -83,6 +86,9 @@ class DecodeConfig:
     min_split_tokens: int = 256
     window_chunk: int = 64
     fast_unpack: bool = True
+    unpack: str = "subnormal"
+    merge_elems: int = 8192
+    merge_warps: int = 4
     maxnreg: int | None = 168
     rotate_in_kernel: bool | None = None
     small_pairs: int = 16
@@ -102,6 +108,15 @@ def default_decode_config(device: torch.device) -> DecodeConfig:
                             target_programs=8, min_split_tokens=32, window_chunk=32,
                             fast_unpack=False)
     return DecodeConfig()
+
+
+def _unpack_mode(cfg: DecodeConfig, dot16: bool) -> int:
+    """``UNPACK`` constexpr of ``_blocks``: 2 subnormal, 1 magic (PTX), 0 element-wise."""
+    if cfg.unpack not in ("subnormal", "magic"):
+        raise ValueError(f"DecodeConfig.unpack: expected 'subnormal' or 'magic', got {cfg.unpack!r}")
+    if cfg.unpack == "subnormal" and (cfg.fast_unpack or not dot16):
+        return 2
+    return 1 if (dot16 and cfg.fast_unpack) else 0
 
 
 def _num_splits(cfg: DecodeConfig, batch_size: int, num_kv_heads: int, token_bound: int) -> int:
@@ -124,7 +139,7 @@ def _paged_decode_split_kernel(
     PAGE_SIZE: tl.constexpr, SINK: tl.constexpr, RECENT: tl.constexpr,
     D: tl.constexpr, GQA: tl.constexpr, GP: tl.constexpr, NG: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, NWIN: tl.constexpr, WCHUNK: tl.constexpr,
-    DOT16: tl.constexpr, FAST_UNPACK: tl.constexpr, QROT: tl.constexpr,
+    DOT16: tl.constexpr, UNPACK: tl.constexpr, QROT: tl.constexpr,
 ):
     h = tl.program_id(0)
     sp = tl.program_id(1)
@@ -183,7 +198,7 @@ def _paged_decode_split_kernel(
                 q0, q1, q2, q3, k_win, v_win, wbase + rows.to(tl.int64) * sw_row, ok, valid,
                 m_i, l_i, a0, a1, a2, a3, PD, DOT16)
     else:
-        qc0, qc1, qc2, qc3, qs0, qs1, qs2, qs3 = _int2_query(q0, q1, q2, q3, DOT16)
+        qc0, qc1, qc2, qc3, qs0, qs1, qs2, qs3 = _int2_query(q0, q1, q2, q3, DOT16, UNPACK)
         lo = SINK
         hi = tl.maximum(seq_len - RECENT, SINK)
         chunk = tl.cdiv(tl.cdiv(hi - lo, num_splits), BLOCK_N) * BLOCK_N
@@ -200,7 +215,8 @@ def _paged_decode_split_kernel(
             m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3 = _int2_block(
                 qc0, qc1, qc2, qc3, qs0, qs1, qs2, qs3,
                 k_codes, v_codes, cbase, k_params, v_params, pbase, nmask, valid,
-                m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3, PD, NG, DOT16, FAST_UNPACK)
+                m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3, PD, NG, DOT16, UNPACK)
+        a0, a1, a2, a3 = _int2_unscale(a0, a1, a2, a3, UNPACK)
 
     nonempty = l_i > 0
     inv = tl.where(nonempty, 1.0 / tl.where(nonempty, l_i, 1.0), 0.0)
@@ -232,34 +248,33 @@ def _decode_merge_kernel(
     rmask = r < GQA
     dd = tl.arange(0, D)
     base = (b * num_heads + h).to(tl.int64) * num_parts
-    # pass 1: the max of the split lse per query head
+    # one pass, online: running max m, weight sum and weighted sum of the normalized
+    # partial outputs, rescaled when the max grows (BLOCK_S splits per step)
     m = tl.full([GM], float("-inf"), tl.float32)
-    for s0 in range(0, num_parts, BLOCK_S):
-        s = s0 + tl.arange(0, BLOCK_S)
-        ls = tl.load(part_lse + ((base + s)[:, None] * GQA + r[None, :]),
-                     mask=(s < num_parts)[:, None] & rmask[None, :], other=float("-inf"))
-        m = tl.maximum(m, tl.max(ls, axis=0))
-    m_safe = tl.where(m == float("-inf"), 0.0, m)
-    # pass 2: weighted sum of the normalized partial outputs
     wsum = tl.zeros([GM], tl.float32)
     acc = tl.zeros([GM, D], tl.float32)
     for s0 in range(0, num_parts, BLOCK_S):
         s = s0 + tl.arange(0, BLOCK_S)
         smask = (s < num_parts)[:, None] & rmask[None, :]
-        ls = tl.load(part_lse + ((base + s)[:, None] * GQA + r[None, :]), mask=smask,
-                     other=float("-inf"))
-        w = tl.exp2(ls - m_safe[None, :])                                   # [BLOCK_S, GM]
-        wsum += tl.sum(w, axis=0)
         prow = (base + s)[:, None] * GQA + r[None, :]                       # [BLOCK_S, GM]
+        ls = tl.load(part_lse + prow, mask=smask, other=float("-inf"))
         po = tl.load(part_o + prow[:, :, None] * D + dd[None, None, :], mask=smask[:, :, None],
                      other=0.0)                                             # [BLOCK_S, GM, D]
-        acc += tl.sum(w[:, :, None] * po, axis=0)
+        m_new = tl.maximum(m, tl.max(ls, axis=0))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m - m_safe)                                         # 0 while m = -inf
+        w = tl.exp2(ls - m_safe[None, :])                                   # [BLOCK_S, GM]
+        wsum = wsum * alpha + tl.sum(w, axis=0)
+        acc = acc * alpha[:, None] + tl.sum(w[:, :, None] * po, axis=0)
+        m = m_new
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
     has = wsum > 0
     o_rot = acc / tl.where(has, wsum, 1.0)[:, None]                         # [GM, D]
-    lse = tl.where(has, (m_safe + tl.log2(tl.where(has, wsum, 1.0))) * 0.6931471805599453,
-                   float("-inf"))
     heads = h * GQA + r
-    tl.store(lse_ptr + b * stride_lb + heads, lse, mask=rmask & (c0 == 0))
+    if c0 == 0:
+        lse = tl.where(has, (m_safe + tl.log2(tl.where(has, wsum, 1.0))) * 0.6931471805599453,
+                       float("-inf"))
+        tl.store(lse_ptr + b * stride_lb + heads, lse, mask=rmask)
     # un-rotate once: o[:, c] = sum_k o'[:, k] * R_V[h][c, k] for c in this program's columns
     c = c0 + tl.arange(0, BLOCK_DO)
     rv = tl.load(rot_v_ptr + h * stride_rh + c[:, None] * stride_rd + dd[None, :])  # [BDO, D]
@@ -341,19 +356,19 @@ def paged_decode_attention_triton(q: torch.Tensor, cache, kv_indptr: torch.Tenso
         part_o, part_lse, splits, qk_scale,
         PAGE_SIZE=spec.page_size, SINK=spec.sink_size, RECENT=spec.recent_size,
         D=d, GQA=gqa, GP=gp, NG=spec.num_groups, BLOCK_N=cfg.block_n, BLOCK_W=cfg.block_w,
-        NWIN=nwin, WCHUNK=wchunk, DOT16=dot16, FAST_UNPACK=dot16 and cfg.fast_unpack,
+        NWIN=nwin, WCHUNK=wchunk, DOT16=dot16, UNPACK=_unpack_mode(cfg, dot16),
         QROT=cfg.rotate_in_kernel,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **({"maxnreg": cfg.maxnreg} if cfg.maxnreg and not interpret_mode(q.device) else {}),
     )
     gm = triton.next_power_of_2(gqa)
-    block_s = max(1, min(triton.next_power_of_2(parts), 4096 // (gm * d)))
+    block_s = max(1, min(triton.next_power_of_2(parts), cfg.merge_elems // (gm * d)))
     block_do = max(1, min(d, 8192 // (gm * d), 32))
     _decode_merge_kernel[(h, batch_size, d // block_do)](
         part_o, part_lse, parts, rot_v, rot_v.stride(0), rot_v.stride(1),
         out, out.stride(0), out.stride(1), lse, lse.stride(0),
         D=d, GQA=gqa, GM=gm, BLOCK_S=block_s, BLOCK_DO=block_do,
-        num_warps=4,
+        num_warps=cfg.merge_warps,
     )
     if result is not None and result.data_ptr() != out.data_ptr():
         result.copy_(out)

@@ -32,7 +32,8 @@ import triton
 import triton.language as tl
 
 from ..spec import seq_lens_from_page_table
-from ._blocks import _bf16_block, _int2_block, _int2_query, _rotate_quarter
+from ._blocks import (_bf16_block, _int2_block, _int2_query, _int2_scale, _int2_unscale,
+                      _rotate_quarter)
 from ._common import interpret_mode, page_strides
 from .quantize_append import quantize_append_paged_kv_cache_triton
 
@@ -52,7 +53,7 @@ def _paged_extend_kernel(
     qk_scale,
     PAGE_SIZE: tl.constexpr, SINK: tl.constexpr, RECENT: tl.constexpr,
     D: tl.constexpr, GQA: tl.constexpr, GP: tl.constexpr, NG: tl.constexpr,
-    BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, DOT16: tl.constexpr,
+    BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, DOT16: tl.constexpr, UNPACK: tl.constexpr,
 ):
     qb = tl.program_id(0)
     h = tl.program_id(1)
@@ -129,7 +130,8 @@ def _paged_extend_kernel(
                 q0, q1, q2, q3, k_new, v_new, nb, ok, valid,
                 m_i, l_i, a0, a1, a2, a3, PD, DOT16)
         # 4. INT2 pages: S <= p <= t - W
-        qc0, qc1, qc2, qc3, qs0, qs1, qs2, qs3 = _int2_query(q0, q1, q2, q3, DOT16)
+        qc0, qc1, qc2, qc3, qs0, qs1, qs2, qs3 = _int2_query(q0, q1, q2, q3, DOT16, UNPACK)
+        a0, a1, a2, a3 = _int2_scale(a0, a1, a2, a3, UNPACK)
         int2_hi = t_max - RECENT + 1
         for p0 in range(SINK, int2_hi, BLOCK_N):
             pos = p0 + tl.arange(0, BLOCK_N)
@@ -142,7 +144,8 @@ def _paged_extend_kernel(
             m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3 = _int2_block(
                 qc0, qc1, qc2, qc3, qs0, qs1, qs2, qs3,
                 k_codes, v_codes, cbase, k_params, v_params, pbase, ok, valid,
-                m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3, PD, NG, DOT16, DOT16)
+                m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3, PD, NG, DOT16, UNPACK)
+        a0, a1, a2, a3 = _int2_unscale(a0, a1, a2, a3, UNPACK)
 
         nonempty = l_i > 0
         inv = tl.where(nonempty, 1.0 / tl.where(nonempty, l_i, 1.0), 0.0)
@@ -251,7 +254,7 @@ def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
         float(sm_scale) * LOG2E,
         PAGE_SIZE=spec.page_size, SINK=spec.sink_size, RECENT=spec.recent_size,
         D=d, GQA=gqa, GP=gp, NG=spec.num_groups, BLOCK_Q=block_q, BLOCK_N=block_n,
-        DOT16=not interp, num_warps=4, num_stages=1,
+        DOT16=not interp, UNPACK=2, num_warps=4, num_stages=1,
     )
     quantize_append_paged_kv_cache_triton(cache, append_key, append_value, batch_indices,
                                           positions, *table, write_pages=False,
