@@ -11,6 +11,7 @@ Importing this module needs neither torch's CUDA nor cutlass.
 from __future__ import annotations
 
 import math
+import threading
 
 from ..errors import BackendUnavailableError, UnsupportedConfigError
 from . import _bundle
@@ -24,10 +25,6 @@ NUM_WARPS = 4
 CTAS_PER_SM = 4
 MAX_SPLITS = 128
 HEAD_DIMS = (64, 128)
-#: Up to this many (sequence, query head) rows per KV head the 8-row query rotation runs.
-SMALL_ROWS = 64
-
-
 def _kind(dtype) -> int:
     """The kernels' element kind of a q/out dtype: 0 float32, 1 bf16, 2 fp16."""
     import torch
@@ -119,11 +116,10 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
     if num_splits is None:
         num_splits = num_splits_for(batch_size, h, torch.cuda.get_device_properties(dev)
                                     .multi_processor_count)
-    q_rot = torch.empty(batch_size, h, group, d, dtype=torch.bfloat16, device=dev)
     o_part = torch.empty(batch_size, num_qo_heads, num_splits, d, dtype=torch.float32, device=dev)
     lse_part = torch.empty(batch_size, num_qo_heads, num_splits, dtype=torch.float32, device=dev)
     lse = torch.empty(batch_size, num_qo_heads, dtype=torch.float32, device=dev)
-    # the merge writes o in q's dtype straight into `out` when its last dim is contiguous
+    # the kernel writes o in q's dtype straight into `out` when its last dim is contiguous
     o = out if out is not None and out.stride(-1) == 1 else torch.empty_like(q)
     if q.stride(-1) != 1:
         q = q.contiguous()
@@ -134,45 +130,54 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
 
     rot_k, rk_stride = rot_ok(rot_k)
     rot_v, rv_stride = rot_ok(rot_v)
+    counters = _counters(dev, batch_size * h)
     sp, ss, sh = _row_strides(spec)
-    ptrs = [q_rot, cache.k_codes, cache.k_params, cache.v_codes, cache.v_params, cache.k_window,
+    ptrs = [q, cache.k_codes, cache.k_params, cache.v_codes, cache.v_params, cache.k_window,
             cache.v_window, kv_indptr, kv_indices, kv_last_page_len, window_slots, o_part,
-            lse_part]
+            lse_part, rot_k, rot_v, o, lse, counters]
     ints = [batch_size, h, group, spec.page_size, sp, ss, sh, spec.sink_size, spec.recent_size,
-            num_splits]
+            num_splits, rk_stride, rv_stride, _kind(q.dtype), q.stride(0), q.stride(1),
+            _kind(o.dtype), o.stride(0), o.stride(1)]
     scale_log2 = float(sm_scale) * math.log2(math.e)
-    kernels = {op: _bundle.get_kernel(op, d) for op in _bundle.OPS}
-    # rows per CTA of the query rotation: 8 when few rows (latency), else 32 (reuse of R_K)
-    small = "8" if batch_size * group <= SMALL_ROWS else ""
-
-    def stream():
-        return torch.cuda.current_stream(dev).cuda_stream
-
-    def rotate_q():
-        # q' = q @ R_K per KV head, read in q's dtype, bf16 out for the tensor cores
-        with torch.cuda.device(dev):
-            kernels["rotate_q" + small](q.data_ptr(), rot_k.data_ptr(), q_rot.data_ptr(),
-                                        batch_size, h, group, rk_stride, _kind(q.dtype),
-                                        q.stride(0), q.stride(1), stream())
+    kernel = _bundle.get_kernel("decode", d)
 
     def run_decode():
+        # one launch: q @ R_K, attention over this CTA's split, and in the last CTA of each
+        # (sequence, KV head) the split merge, o' @ R_V^T and the store in q's dtype
         with torch.cuda.device(dev):
-            kernels["decode"](*[t.data_ptr() for t in ptrs], *ints, scale_log2, stream())
+            kernel(*[t.data_ptr() for t in ptrs], *ints, scale_log2,
+                   torch.cuda.current_stream(dev).cuda_stream)
 
-    def run_merge():
-        # merge the splits (base-2 lse), o = o' @ R_V^T, stored in q's dtype
-        with torch.cuda.device(dev):
-            kernels["merge"](o_part.data_ptr(), lse_part.data_ptr(), rot_v.data_ptr(),
-                             o.data_ptr(), lse.data_ptr(), batch_size, h, group, num_splits,
-                             rv_stride, _kind(o.dtype), o.stride(0), o.stride(1), stream())
-
-    steps = [("rotate_q", rotate_q), ("decode", run_decode), ("merge", run_merge)]
+    steps = [("decode", run_decode)]
     if out is not None and o is not out:
         steps.append(("copy_out", lambda: out.copy_(o)))
 
     def result():
         return (out if out is not None else o), lse
     return steps, result
+
+
+_COUNTERS: dict = {}
+_COUNTERS_LOCK = threading.Lock()
+
+
+def _counters(dev, n: int):
+    """Zeroed int32 tickets, one per (sequence, KV head), for the kernel's last-CTA merge.
+
+    Every launch leaves them zero again (the last CTA resets its ticket), so one buffer per
+    (device, stream) serves every call on that stream, CUDA graphs included. Calls that may
+    run concurrently must be on different streams.
+    """
+    import torch
+
+    key = (dev.index if dev.index is not None else torch.cuda.current_device(),
+           torch.cuda.current_stream(dev).cuda_stream)
+    with _COUNTERS_LOCK:
+        buf = _COUNTERS.get(key)
+        if buf is None or buf.numel() < n:
+            buf = torch.zeros(max(n, 4096), dtype=torch.int32, device=dev)
+            _COUNTERS[key] = buf
+    return buf
 
 
 def append(*_args, **_kwargs):

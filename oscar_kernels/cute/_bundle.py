@@ -2,9 +2,8 @@
 else the ahead-of-time bundle built by :mod:`oscar_kernels.cute.aot`.
 
 A bundle is a directory with ``manifest.json`` and one ``lib<name>.so`` per kernel (C ABI
-``int <name>_load(void)`` and ``int <name>_run(...)``: for ``decode`` 13 int64 pointers,
-10 int32, one float and the stream; ``merge`` 5 pointers, 8 int32; ``rotate_q`` (and its
-8-row variant ``rotate_q8``) 3 pointers, 7 int32; each ends with the stream).
+``int <name>_load(void)`` and ``int <name>_run(...)``: for ``decode`` 18 int64 pointers,
+18 int32, one float and the stream).
 The directory is ``$OSCAR_CUTE_BUNDLE`` when set, else ``oscar_kernels/cute/prebuilt``.
 ``OSCAR_CUTE_MODE=bundle`` or ``=jit`` forces one source. Nothing here needs a GPU to
 import; loading a library needs ``libcudart.so.13`` (import torch first, it loads it).
@@ -27,10 +26,7 @@ log = logging.getLogger(__name__)
 BUNDLE_FORMAT = 1
 #: C argument types of each kernel, in order (pointers as int64, then ints, floats, stream).
 _ARGTYPES = {
-    "decode": [ctypes.c_int64] * 13 + [ctypes.c_int32] * 10 + [ctypes.c_float, ctypes.c_void_p],
-    "merge": [ctypes.c_int64] * 5 + [ctypes.c_int32] * 8 + [ctypes.c_void_p],
-    "rotate_q": [ctypes.c_int64] * 3 + [ctypes.c_int32] * 7 + [ctypes.c_void_p],
-    "rotate_q8": [ctypes.c_int64] * 3 + [ctypes.c_int32] * 7 + [ctypes.c_void_p],
+    "decode": [ctypes.c_int64] * 18 + [ctypes.c_int32] * 18 + [ctypes.c_float, ctypes.c_void_p],
 }
 OPS = tuple(_ARGTYPES)
 
@@ -44,10 +40,7 @@ def bundle_dir() -> str:
 
 
 def kernel_name(op: str, head_dim: int) -> str:
-    return {"decode": f"int2_decode_sm90_d{head_dim}",
-            "merge": f"int2_decode_merge_sm90_d{head_dim}",
-            "rotate_q": f"rotate_q_r32_sm90_d{head_dim}",
-            "rotate_q8": f"rotate_q_r8_sm90_d{head_dim}"}[op]
+    return {"decode": f"int2_decode_sm90_d{head_dim}"}[op]
 
 
 def cutlass_available() -> bool:
@@ -134,15 +127,10 @@ def _load_jit_kernel(op: str, head_dim: int) -> Callable:
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
     import cuda.bindings.driver as cuda
 
-    from .int2_decode_sm90 import Int2DecodeConfig, compile_decode, compile_merge, compile_rotate
+    from .int2_decode_sm90 import Int2DecodeConfig, compile_decode
 
     cfg = Int2DecodeConfig(head_dim=head_dim)
-    if op == "decode":
-        compiled = compile_decode(cfg)
-    elif op == "merge":
-        compiled = compile_merge(cfg)
-    else:
-        compiled = compile_rotate(cfg, 8 if op.endswith("8") else 32)
+    compiled = compile_decode(cfg)
 
     def launch(*args) -> None:
         *rest, stream = args

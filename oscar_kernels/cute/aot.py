@@ -7,15 +7,13 @@ Runs on a machine without a GPU (``CUTE_DSL_ARCH=sm_90a``), in an environment wi
     CUTE_DSL_ARCH=sm_90a /work/cute13/bin/python -m oscar_kernels.cute.aot build \\
         --out oscar_kernels/cute/prebuilt --cuda /usr/local/cuda-13.0
 
-For every static compile key (``head_dim`` in {64, 128}) and kernel (decode, merge +
-un-rotation, rotate_q with 32 or 8 rows per CTA) it calls ``cute.compile``,
+For every static compile key (``head_dim`` in {64, 128}) it ``cute.compile``s the decode
+kernel (query rotation, attention, split merge and output rotation in one launch),
 ``export_to_c`` (an object file embedding the sm_90a cubin), then links a ~40 KB shared
 library with a two-function C ABI::
 
     int <name>_load(void);                    /* cudaError_t of loading the module */
-    int <name>_run(int64 x13, int32 x10, float, void *stream);          (decode)
-    int <name>_run(int64 x5, int32 x8, void *stream);                   (merge)
-    int <name>_run(int64 x3, int32 x7, void *stream);                   (rotate_q, rotate_q8)
+    int <name>_run(int64 x18, int32 x18, float, void *stream);          (decode)
 
 against the DSL's ``libcuda_dialect_runtime_static.a`` and ``libcudart.so.13`` (loaded by
 torch on the GPU machine). ``manifest.json`` lists the kernels; the package's loader
@@ -87,7 +85,7 @@ def build(out_dir: str, cuda_home: str, head_dims=HEAD_DIMS) -> dict:
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
     if os.environ["CUTE_DSL_ARCH"] != "sm_90a":
         raise ValueError(f"CUTE_DSL_ARCH: expected sm_90a, got {os.environ['CUTE_DSL_ARCH']}")
-    from .int2_decode_sm90 import Int2DecodeConfig, compile_decode, compile_merge, compile_rotate
+    from .int2_decode_sm90 import Int2DecodeConfig, compile_decode
 
     os.makedirs(out_dir, exist_ok=True)
     for f in os.listdir(out_dir):          # a bundle holds exactly what its manifest lists
@@ -96,10 +94,7 @@ def build(out_dir: str, cuda_home: str, head_dims=HEAD_DIMS) -> dict:
     kernels = {}
     for d in head_dims:
         cfg = Int2DecodeConfig(head_dim=d)
-        for op, name, fn in (("decode", cfg.name, compile_decode),
-                             ("merge", cfg.merge_name, compile_merge),
-                             ("rotate_q", cfg.rotate_name("q", 32), lambda c: compile_rotate(c, 32)),
-                             ("rotate_q8", cfg.rotate_name("q", 8), lambda c: compile_rotate(c, 8))):
+        for op, name, fn in (("decode", cfg.name, compile_decode),):
             fn(cfg).export_to_c(out_dir, name)
             lib = _link(out_dir, name, cuda_home)
             kernels[name] = {"op": op, "head_dim": d, "library": os.path.basename(lib),

@@ -87,8 +87,14 @@ MAX_GROUP = 8
 MERGE_PARTS = 4
 #: Most splits per (sequence, KV head) the merge reads (= oscar_kernels.cute.MAX_SPLITS).
 MAX_SPLITS = 128
+#: Row width of the merge's split-weight table: MAX_SPLITS plus room for the overrun of
+#: its 4 x NUM_WARPS-split unrolled loop (zero weights), a multiple of 32.
+MERGE_W = MAX_SPLITS + 32
 #: Tokens per chunk (two 8-token QK N tiles = one 16-token PV K step).
 CHUNK = 16
+#: C ABI of the launcher: pointers (int64), then int32 arguments, one float, the stream.
+NUM_PTR_ARGS = 18
+NUM_INT_ARGS = 18
 #: Depth of each warp's cp.async ring (chunks in flight per warp), per head_dim.
 STAGES = {64: 8, 128: 8}
 
@@ -102,13 +108,6 @@ class Int2DecodeConfig:
     @property
     def name(self) -> str:
         return f"int2_decode_sm90_d{self.head_dim}"
-
-    @property
-    def merge_name(self) -> str:
-        return f"int2_decode_merge_sm90_d{self.head_dim}"
-
-    def rotate_name(self, which: str, rows: int = 32) -> str:
-        return f"rotate_{which}_r{rows}_sm90_d{self.head_dim}"
 
 
 # ------------------------------------------------------------------ PTX helpers
@@ -304,7 +303,12 @@ class Int2PagedDecodeSm90:
         self.stage_bytes = 2 * CHUNK * self.row_bytes + 2 * CHUNK * 4
         self.stages = STAGES[d]
         self.combine_bytes = (MAX_GROUP + MAX_GROUP * d) * 4   # per warp: lse2[8], o[8][d]
-        assert NUM_WARPS * self.combine_bytes <= NUM_WARPS * self.stages * self.stage_bytes
+        self.ring_bytes = NUM_WARPS * self.stages * self.stage_bytes
+        # ring + q rows (float32) + q' (bf16)
+        self.smem_bytes = self.ring_bytes + MAX_GROUP * d * (4 + 2)
+        assert NUM_WARPS * self.combine_bytes <= self.ring_bytes
+        merge_bytes = (MAX_GROUP * MERGE_W + (NUM_WARPS + 1) * MAX_GROUP * d) * 4
+        assert merge_bytes <= self.ring_bytes
 
     # ---------------------------------------------------------- channel maps
     def qk_channel(self, s: int, half: int, j: int, quad):
@@ -322,16 +326,21 @@ class Int2PagedDecodeSm90:
     def __call__(self, q_ptr: Int64, kc_ptr: Int64, kp_ptr: Int64, vc_ptr: Int64,
                  vp_ptr: Int64, kw_ptr: Int64, vw_ptr: Int64, indptr_ptr: Int64,
                  indices_ptr: Int64, last_ptr: Int64, slots_ptr: Int64, opart_ptr: Int64,
-                 lse_ptr: Int64, batch_size: Int32, num_kv_heads: Int32, group: Int32,
+                 lsepart_ptr: Int64, rk_ptr: Int64, rv_ptr: Int64, o_ptr: Int64, lse_ptr: Int64,
+                 counter_ptr: Int64, batch_size: Int32, num_kv_heads: Int32, group: Int32,
                  page_size: Int32, stride_page: Int32, stride_slot: Int32, stride_head: Int32,
-                 sink: Int32, recent: Int32, num_splits: Int32, scale_log2: Float32,
+                 sink: Int32, recent: Int32, num_splits: Int32, rk_stride: Int32,
+                 rv_stride: Int32, q_kind: Int32, q_stride_b: Int32, q_stride_h: Int32,
+                 o_kind: Int32, o_stride_b: Int32, o_stride_h: Int32, scale_log2: Float32,
                  stream: cuda.CUstream):
         self.kernel(q_ptr, kc_ptr, kp_ptr, vc_ptr, vp_ptr, kw_ptr, vw_ptr, indptr_ptr,
-                    indices_ptr, last_ptr, slots_ptr, opart_ptr, lse_ptr, num_kv_heads, group,
-                    page_size, stride_page, stride_slot, stride_head, sink, recent, num_splits,
+                    indices_ptr, last_ptr, slots_ptr, opart_ptr, lsepart_ptr, rk_ptr, rv_ptr,
+                    o_ptr, lse_ptr, counter_ptr, num_kv_heads, group, page_size, stride_page,
+                    stride_slot, stride_head, sink, recent, num_splits, rk_stride, rv_stride,
+                    q_kind, q_stride_b, q_stride_h, o_kind, o_stride_b, o_stride_h,
                     scale_log2).launch(grid=(num_splits, num_kv_heads, batch_size),
                                        block=(32 * NUM_WARPS, 1, 1), stream=stream,
-                                       smem=NUM_WARPS * self.stages * self.stage_bytes,
+                                       smem=self.smem_bytes,
                                        max_number_threads=[32 * NUM_WARPS, 1, 1],
                                        min_blocks_per_mp=MIN_CTAS_PER_SM,
                                        preferred_smem_carveout=100)
@@ -340,10 +349,13 @@ class Int2PagedDecodeSm90:
     @cute.kernel
     def kernel(self, q_ptr: Int64, kc_ptr: Int64, kp_ptr: Int64, vc_ptr: Int64, vp_ptr: Int64,
                kw_ptr: Int64, vw_ptr: Int64, indptr_ptr: Int64, indices_ptr: Int64,
-               last_ptr: Int64, slots_ptr: Int64, opart_ptr: Int64, lse_ptr: Int64,
+               last_ptr: Int64, slots_ptr: Int64, opart_ptr: Int64, lse_ptr_part: Int64,
+               rk_ptr: Int64, rv_ptr: Int64, o_ptr: Int64, lse_ptr: Int64, counter_ptr: Int64,
                num_kv_heads: Int32, group: Int32, page_size: Int32, stride_page: Int32,
                stride_slot: Int32, stride_head: Int32, sink: Int32, recent: Int32,
-               num_splits: Int32, scale_log2: Float32):
+               num_splits: Int32, rk_stride: Int32, rv_stride: Int32, q_kind: Int32,
+               q_stride_b: Int32, q_stride_h: Int32, o_kind: Int32, o_stride_b: Int32,
+               o_stride_h: Int32, scale_log2: Float32):
         d = self.d
         split, h, b = cute.arch.block_idx()
         tidx, _, _ = cute.arch.thread_idx()
@@ -354,8 +366,10 @@ class Int2PagedDecodeSm90:
         num_qo_heads = num_kv_heads * group
         nsw = num_splits * NUM_WARPS
         wsplit = split * NUM_WARPS + warp
-        smem_warp = (cute.arch.get_dyn_smem(cutlass.Int8, alignment=16).toint()
-                     + warp * (self.stages * self.stage_bytes))
+        smem = cute.arch.get_dyn_smem(cutlass.Int8, alignment=16).toint()
+        smem_warp = smem + warp * (self.stages * self.stage_bytes)
+        s_x = smem + self.ring_bytes                 # [MAX_GROUP, d] float32: q rows
+        s_q = s_x + MAX_GROUP * d * 4                # [MAX_GROUP, d] bf16: q' = q @ R_K
 
         # ---- sequence geometry (all on device; CUDA-graph safe)
         p_begin = _ldg_s32(indptr_ptr + Int64(b) * 4)
@@ -409,10 +423,14 @@ class Int2PagedDecodeSm90:
                             smem_warp + k * self.stage_bytes, lane, pt)
             _cp_commit()
 
+        # ---- q' = q @ R_K[h] for the group's heads (bf16, in shared memory), computed by
+        # the CTA while the ring prologue's loads are in flight
+        self._rotate_query(q_ptr, rk_ptr, s_x, s_q, b, h, group, num_qo_heads, rk_stride,
+                           q_kind, q_stride_b, q_stride_h, tidx)
+
         # ---- query fragment (B operand of S^T): head g (rows >= group read head group-1 and
-        # are zeroed), permuted channels, / m_i. Branch-free 8-byte loads, all in flight.
+        # are zeroed), permuted channels, / m_i.
         gq = cutlass.min(g, group - 1)
-        qrow = Int64(b) * Int64(num_qo_heads) + Int64(h * group + gq)
         qkeep = Float32(cutlass.select_(g < group, 1.0, 0.0))
         qa = cute.make_rmem_tensor((2 * self.ksteps,), Int32)
         qsum = Float32(0.0)
@@ -421,7 +439,7 @@ class Int2PagedDecodeSm90:
         for wi in cutlass.range_constexpr(self.nbk // 4):
             for i in cutlass.range_constexpr(4):
                 ch = quad * self.nbk + 4 * wi + i * (d // 4)   # channels ch .. ch + 3
-                runs.append(list(_ldg_v2(q_ptr + (qrow * d + Int64(ch)) * 2)))
+                runs.append(list(_lds_v2(s_q + (gq * d + ch) * 2)))
         for wi in cutlass.range_constexpr(self.nbk // 4):
             for i in cutlass.range_constexpr(4):
                 w01, w23 = runs[wi * 4 + i]
@@ -539,9 +557,150 @@ class Int2PagedDecodeSm90:
                 lse2 = Float32(NEG_INF)
                 if tot > Float32(0.0):
                     lse2 = mx + _lg2(tot)
-                _stg_f32(lse_ptr + hrow * 4, lse2)
+                _stg_f32(lse_ptr_part + hrow * 4, lse2)
+        # ---- the last CTA of this (sequence, KV head) to finish merges the splits
+        _fence_acq_rel_gpu()
+        cute.arch.sync_threads()
+        if tidx == 0:
+            _sts_i32(s_x, _atom_add_s32(counter_ptr + (Int64(b) * Int64(num_kv_heads)
+                                                      + Int64(h)) * 4, 1))
+        cute.arch.sync_threads()
+        if _lds_b32(s_x) == num_splits - 1:
+            _fence_acq_rel_gpu()
+            self._merge_tail(opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, cbase, b, h,
+                             group, num_qo_heads, num_splits, rv_stride, o_kind, o_stride_b,
+                             o_stride_h, tidx, warp, lane)
+            if tidx == 0:   # graph-safe: the counter is zero again for the next launch
+                _stg_s32(counter_ptr + (Int64(b) * Int64(num_kv_heads) + Int64(h)) * 4, 0)
 
     # ------------------------------------------------------------- helpers
+    @cute.jit
+    def _rotate_query(self, q_ptr, rk_ptr, s_x, s_q, b, h, group, num_qo_heads, rk_stride,
+                      q_kind, q_stride_b, q_stride_h, tidx):
+        """``s_q[g, c] = bf16(sum_k q[b, h * group + g, k] R_K[h, k, c])`` for ``g < group``:
+        q rows staged as float32 in ``s_x``, thread ``c < d`` owns output channel ``c``
+        (``R_K`` rows read coalesced, 8 in flight), float32 FMA chains like the reference."""
+        d = self.d
+        for e in cutlass.range(tidx, group * d, 32 * NUM_WARPS):
+            gg = e // d
+            k = e - gg * d
+            qel = (Int64(b) * Int64(q_stride_b) + Int64(h * group + gg) * Int64(q_stride_h)
+                   + Int64(k))
+            _sts_f32(s_x + e * 4, _ldg_kind(q_ptr + qel * 4, q_ptr + qel * 2, q_kind))
+        cute.arch.sync_threads()
+        if tidx < d:
+            acc = cute.make_rmem_tensor((MAX_GROUP,), Float32)
+            for gg in cutlass.range_constexpr(MAX_GROUP):
+                acc[gg] = Float32(0.0)
+            mcol = rk_ptr + (Int64(h) * Int64(rk_stride) + Int64(tidx)) * 4
+            for k0 in cutlass.range(0, d, 8):
+                m = []
+                for i in cutlass.range_constexpr(8):
+                    m.append(_ldg_f32_nc(mcol + Int64(k0 + i) * (d * 4)))
+                for gg in cutlass.range_constexpr(MAX_GROUP):
+                    if gg < group:
+                        x0, x1, x2, x3 = _lds_v4f(s_x + (gg * d + k0) * 4)
+                        x4, x5, x6, x7 = _lds_v4f(s_x + (gg * d + k0 + 4) * 4)
+                        acc[gg] = (acc[gg] + x0 * m[0] + x1 * m[1] + x2 * m[2] + x3 * m[3]
+                                   + x4 * m[4] + x5 * m[5] + x6 * m[6] + x7 * m[7])
+            for gg in cutlass.range_constexpr(MAX_GROUP):
+                if gg < group:
+                    _sts_b16_of_f32(s_q + (gg * d + tidx) * 2, acc[gg])
+        cute.arch.sync_threads()
+
+    @cute.jit
+    def _merge_tail(self, opart_ptr, lsepart_ptr, rv_ptr, o_ptr, lse_ptr, cbase, b, h, group,
+                    num_qo_heads, num_splits, rv_stride, o_kind, o_stride_b, o_stride_h, tidx,
+                    warp, lane):
+        """Run by the last CTA of (sequence ``b``, KV head ``h``): merge the ``num_splits``
+        partials of the group's heads (``w_s = 2^(lse2_s - max)``), apply ``R_V[h]^T`` and
+        store ``o`` in the output dtype and the natural-log lse. Partials are read with
+        ``ld.global.cg`` (written by other CTAs of this launch). Shared memory (the free
+        ring): weights ``[MAX_GROUP, MERGE_W]``, per-warp sums ``[NUM_WARPS, MAX_GROUP, d]``,
+        the merged ``o'`` ``[MAX_GROUP, d]``."""
+        d = self.d
+        row0 = Int64(b) * Int64(num_qo_heads) + Int64(h * group)   # (b, first head) row
+        s_w = cbase
+        s_o = s_w + MAX_GROUP * MERGE_W * 4
+        s_or = s_o + NUM_WARPS * MAX_GROUP * d * 4
+        for e in cutlass.range(tidx, group * num_splits, 32 * NUM_WARPS):
+            gg = e // num_splits
+            _sts_f32(s_w + (gg * MERGE_W + (e - gg * num_splits)) * 4,
+                     _ldcg_f32(lsepart_ptr + (row0 * num_splits + Int64(e)) * 4))
+        cute.arch.sync_threads()
+        # weights per head (one warp per head): w_s / sum w, zero past num_splits
+        for gg in cutlass.range(warp, group, NUM_WARPS):
+            lv = cute.make_rmem_tensor((MERGE_W // 32,), Float32)
+            mx = Float32(NEG_INF)
+            for i in cutlass.range_constexpr(MERGE_W // 32):
+                sidx = lane + 32 * i
+                lv[i] = Float32(NEG_INF)
+                if sidx < num_splits:
+                    lv[i] = _lds_f32(s_w + (gg * MERGE_W + sidx) * 4)
+                mx = _fmax(mx, lv[i])
+            for k in cutlass.range_constexpr(5):
+                mx = _fmax(mx, _shfl_bfly(mx, 1 << k))
+            m_use = _sel_f32(Int32(cutlass.select_(mx == Float32(NEG_INF), 0, 1)), mx,
+                             Float32(0.0))
+            tot = Float32(0.0)
+            for i in cutlass.range_constexpr(MERGE_W // 32):
+                lv[i] = _ex2(lv[i] - m_use)
+                tot = tot + lv[i]
+            for k in cutlass.range_constexpr(5):
+                tot = tot + _shfl_bfly(tot, 1 << k)
+            inv = Float32(0.0)
+            lse = Float32(NEG_INF)
+            if tot > Float32(0.0):
+                inv = _rcp(tot)
+                lse = (mx + _lg2(tot)) * Float32(math.log(2.0))
+            for i in cutlass.range_constexpr(MERGE_W // 32):
+                _sts_f32(s_w + (gg * MERGE_W + lane + 32 * i) * 4, lv[i] * inv)
+            if lane == 0:
+                _stg_f32(lse_ptr + (row0 + Int64(gg)) * 4, lse)
+        cute.arch.sync_threads()
+        # o'[g, c] = sum_s w_s o_part[g, s, c]: warp w takes splits s = w (mod NUM_WARPS),
+        # lane l channels cpl * l .. cpl * l + cpl - 1 (one 16- or 8-byte load per split)
+        cpl = d // 32
+        for gg in cutlass.range(0, group, 1):
+            accv = cute.make_rmem_tensor((cpl,), Float32)
+            for j in cutlass.range_constexpr(cpl):
+                accv[j] = Float32(0.0)
+            obase = opart_ptr + ((row0 + Int64(gg)) * Int64(num_splits) * d
+                                 + Int64(cpl * lane)) * 4
+            for s0 in cutlass.range(0, num_splits, 4 * NUM_WARPS):
+                vals = []
+                wts = []
+                for u in cutlass.range_constexpr(4):
+                    sidx = s0 + u * NUM_WARPS + warp           # < MERGE_W; w = 0 past the end
+                    sl = cutlass.min(sidx, num_splits - 1)
+                    wts.append(_lds_f32(s_w + (gg * MERGE_W + sidx) * 4))
+                    vals.append(_ldcg_vec(obase + Int64(sl) * (d * 4), cpl))
+                for u in cutlass.range_constexpr(4):
+                    for j in cutlass.range_constexpr(cpl):
+                        accv[j] = accv[j] + wts[u] * vals[u][j]
+            for j in cutlass.range_constexpr(cpl):
+                _sts_f32(s_o + ((warp * MAX_GROUP + gg) * d + cpl * lane + j) * 4, accv[j])
+        cute.arch.sync_threads()
+        for e in cutlass.range(tidx, group * d, 32 * NUM_WARPS):
+            o = Float32(0.0)
+            for w in cutlass.range_constexpr(NUM_WARPS):
+                o = o + _lds_f32(s_o + (w * MAX_GROUP * d + e) * 4)
+            _sts_f32(s_or + e * 4, o)
+        cute.arch.sync_threads()
+        # o[g, e] = sum_c o'[g, c] R_V[h, e, c]: thread e < d, R_V row e read contiguously
+        if tidx < d:
+            rrow = rv_ptr + (Int64(h) * Int64(rv_stride) + Int64(tidx) * d) * 4
+            for gg in cutlass.range(0, group, 1):
+                acc = Float32(0.0)
+                for c1 in cutlass.range(0, d, 32):
+                    for c0 in cutlass.range_constexpr(0, 32, 4):
+                        r0, r1, r2, r3 = _ldg_v4f(rrow + (c1 + c0) * 4)
+                        x0, x1, x2, x3 = _lds_v4f(s_or + (gg * d + c1 + c0) * 4)
+                        acc = acc + r0 * x0 + r1 * x1 + r2 * x2 + r3 * x3
+                oel = (Int64(b) * Int64(o_stride_b) + Int64(h * group + gg) * Int64(o_stride_h)
+                       + Int64(tidx))
+                _store_kind(o_ptr, oel, acc, o_kind)
+
     @cute.jit
     def _max_and_rescale(self, st, loc0, loc1, acc, moved):
         """Running max per head column, updated only when some lane's scores exceed it
@@ -788,193 +947,42 @@ class Int2PagedDecodeSm90:
                 acc[4 * mt + i] = r[i]
 
 
-class Int2DecodeMergeSm90:
-    """Merge the splits of :class:`Int2PagedDecodeSm90`, un-rotate and store in the output
-    dtype: one CTA per (sequence, query head), ``MERGE_PARTS * head_dim`` threads (part
-    ``p``, channel ``d``).
-
-    ``o[b, g, e] = sum_d (sum_s w_s o_part[b, g, s, d] / sum_s w_s) R_V[h, e, d]`` with
-    ``w_s = 2^(lse2_s - max lse2)``; ``lse = ln 2 * (max lse2 + log2 sum_s w_s)``
-    (``-inf`` and ``o = 0`` for a sequence without tokens). ``o`` is written at
-    ``o_ptr + (b * o_stride_b + qh * o_stride_h + e) * elem`` as float32 (``out_kind`` 0),
-    bf16 (1) or fp16 (2), so it lands directly in the caller's ``out``. Requires
-    ``num_splits <= MAX_SPLITS``.
-    """
-
-    def __init__(self, config: Int2DecodeConfig):
-        self.d = config.head_dim
-        self.threads = MERGE_PARTS * self.d
-
-    @cute.jit
-    def __call__(self, opart_ptr: Int64, lse_part_ptr: Int64, rv_ptr: Int64, o_ptr: Int64,
-                 lse_ptr: Int64, batch_size: Int32, num_kv_heads: Int32, group: Int32,
-                 num_splits: Int32, rv_head_stride: Int32, out_kind: Int32, o_stride_b: Int32,
-                 o_stride_h: Int32, stream: cuda.CUstream):
-        self.kernel(opart_ptr, lse_part_ptr, rv_ptr, o_ptr, lse_ptr, group, num_splits,
-                    rv_head_stride, out_kind, o_stride_b,
-                    o_stride_h).launch(grid=(num_kv_heads * group, batch_size, 1),
-                                       block=(self.threads, 1, 1), stream=stream,
-                                       smem=(2 * self.threads + 64) * 4)
-
-    @cute.kernel
-    def kernel(self, opart_ptr: Int64, lse_part_ptr: Int64, rv_ptr: Int64, o_ptr: Int64,
-               lse_ptr: Int64, group: Int32, num_splits: Int32, rv_head_stride: Int32,
-               out_kind: Int32, o_stride_b: Int32, o_stride_h: Int32):
-        d = self.d
-        nthreads = self.threads
-        nwarps = nthreads // 32
-        qh, b, _ = cute.arch.block_idx()
-        num_qo_heads = cute.arch.grid_dim()[0]
-        t, _, _ = cute.arch.thread_idx()
-        lane = t % 32
-        warp = t // 32
-        part = t // d
-        ch = t - part * d
-        h = qh // group
-        sm = cute.arch.get_dyn_smem(cutlass.Int8, alignment=16).toint()
-        s_w = sm                          # [nthreads] split weights, then o_rot[d]
-        s_red = sm + nthreads * 4         # [nthreads] partial sums
-        s_warp = sm + 2 * nthreads * 4    # [nwarps] warp maxima, then sums
-        row = Int64(b) * Int64(num_qo_heads) + Int64(qh)
-        # R_V row e = ch, quarter `part` of its columns: loaded first, in flight meanwhile
-        dq = d // MERGE_PARTS
-        rrow = rv_ptr + (Int64(h) * Int64(rv_head_stride) + Int64(ch) * d + Int64(part * dq)) * 4
-        rv = []
-        for dd in cutlass.range_constexpr(0, dq, 4):
-            rv.append(_ldg_v4f(rrow + dd * 4))
-        # lse2 of split t, block max
-        l_t = Float32(NEG_INF)
-        if t < num_splits:
-            l_t = _ldg_f32(lse_part_ptr + (row * num_splits + Int64(t)) * 4)
-        mx = l_t
-        for k in cutlass.range_constexpr(5):
-            mx = _fmax(mx, _shfl_bfly(mx, 1 << k))
-        if lane == 0:
-            _sts_f32(s_warp + warp * 4, mx)
-        cute.arch.sync_threads()
-        mx = Float32(NEG_INF)
-        for w in cutlass.range_constexpr(nwarps):
-            mx = _fmax(mx, _lds_f32(s_warp + w * 4))
-        m_use = _sel_f32(Int32(cutlass.select_(mx == Float32(NEG_INF), 0, 1)), mx, Float32(0.0))
-        w_t = _ex2(l_t - m_use)
-        _sts_f32(s_w + t * 4, w_t)
-        tot = w_t
-        for k in cutlass.range_constexpr(5):
-            tot = tot + _shfl_bfly(tot, 1 << k)
-        cute.arch.sync_threads()
-        if lane == 0:
-            _sts_f32(s_warp + warp * 4, tot)
-        # sum_s w_s o_part[s][ch] over the splits s = part (mod MERGE_PARTS)
-        acc = Float32(0.0)
-        obase = opart_ptr + (row * num_splits * d + Int64(ch)) * 4
-        vals = []
-        for k in cutlass.range_constexpr(MAX_SPLITS // MERGE_PARTS):
-            sidx = cutlass.min(part + k * MERGE_PARTS, num_splits - 1)   # w = 0 past the end
-            vals.append(_ldg_f32(obase + Int64(sidx) * (d * 4)))
-        for k in cutlass.range_constexpr(MAX_SPLITS // MERGE_PARTS):
-            acc = acc + _lds_f32(s_w + (part + k * MERGE_PARTS) * 4) * vals[k]
-        _sts_f32(s_red + t * 4, acc)
-        cute.arch.sync_threads()
-        tot = Float32(0.0)
-        for w in cutlass.range_constexpr(nwarps):
-            tot = tot + _lds_f32(s_warp + w * 4)
-        inv = Float32(0.0)
-        if tot > Float32(0.0):
-            inv = _rcp(tot)
-        if part == 0:
-            o = Float32(0.0)
-            for pp in cutlass.range_constexpr(MERGE_PARTS):
-                o = o + _lds_f32(s_red + (pp * d + ch) * 4)
-            _sts_f32(s_w + ch * 4, o * inv)      # o_rot[ch] (split weights are consumed)
-        if t == 0:
-            lse = Float32(NEG_INF)
-            if tot > Float32(0.0):
-                lse = (mx + _lg2(tot)) * Float32(math.log(2.0))
-            _stg_f32(lse_ptr + row * 4, lse)
-        cute.arch.sync_threads()
-        # o[e] = sum_d o_rot[d] R_V[h, e, d]: thread (part, e) sums its quarter of d
-        e = ch
-        acc2 = Float32(0.0)
-        for i in cutlass.range_constexpr(dq // 4):
-            r0, r1, r2, r3 = rv[i]
-            x0, x1, x2, x3 = _lds_v4f(s_w + (part * dq + 4 * i) * 4)
-            acc2 = acc2 + r0 * x0 + r1 * x1 + r2 * x2 + r3 * x3
-        _sts_f32(s_red + t * 4, acc2)
-        cute.arch.sync_threads()
-        if part == 0:
-            o = Float32(0.0)
-            for pp in cutlass.range_constexpr(MERGE_PARTS):
-                o = o + _lds_f32(s_red + (pp * d + e) * 4)
-            oel = Int64(b) * Int64(o_stride_b) + Int64(qh) * Int64(o_stride_h) + Int64(e)
-            _store_kind(o_ptr, oel, o, out_kind)
+def _ldg_f32_nc(addr):
+    return _ptx("ld.global.nc.f32 {$w0}, [{$r0}];", [Float32], [addr])
 
 
-class RowTransformSm90:
-    """The query rotation ``q'[b, h, g, :] = q[b, h * group + g, :] @ R_K[h]`` for every
-    (sequence, KV head, query head), read in q's own dtype, bf16 out.
+def _ldcg_f32(addr):
+    """Load through L2 only (data written by other CTAs of this launch)."""
+    return _ptx("ld.global.cg.f32 {$w0}, [{$r0}];", [Float32], [addr])
 
-    One CTA per (KV head, tile of ``rows`` rows ``(b, g)``; 8 or 32), ``head_dim`` threads
-    (thread ``c`` owns output channel ``c`` of every row of the tile): ``R_K[h]`` is read
-    once per tile, coalesced; q rows are staged in smem as float32. ``q`` element
-    ``(b, qh, c)`` is at ``x_ptr + (b * x_stride_b + qh * x_stride_h + c) * elem``, float32
-    (``in_kind`` 0), bf16 (1) or fp16 (2); ``M`` float32 ``[H or 1, D, D]``; ``q'`` bf16
-    ``[B, H, G, D]`` contiguous.
-    """
 
-    def __init__(self, config: Int2DecodeConfig, rows: int = 32):
-        self.d = config.head_dim
-        self.ROWS = rows
+def _ldcg_vec(addr, n: int):
+    if n == 4:
+        return _ptx("ld.global.cg.v4.f32 {{$w0}, {$w1}, {$w2}, {$w3}}, [{$r0}];", [Float32] * 4,
+                    [addr])
+    return _ptx("ld.global.cg.v2.f32 {{$w0}, {$w1}}, [{$r0}];", [Float32] * 2, [addr])
 
-    @cute.jit
-    def __call__(self, x_ptr: Int64, m_ptr: Int64, y_ptr: Int64, batch_size: Int32,
-                 num_kv_heads: Int32, group: Int32, m_head_stride: Int32, in_kind: Int32,
-                 x_stride_b: Int32, x_stride_h: Int32, stream: cuda.CUstream):
-        tiles = (batch_size * group + self.ROWS - 1) // self.ROWS
-        self.kernel(x_ptr, m_ptr, y_ptr, batch_size, num_kv_heads, group, m_head_stride,
-                    in_kind, x_stride_b,
-                    x_stride_h).launch(grid=(num_kv_heads, tiles, 1), block=(self.d, 1, 1),
-                                       stream=stream, smem=self.ROWS * self.d * 4)
 
-    @cute.kernel
-    def kernel(self, x_ptr: Int64, m_ptr: Int64, y_ptr: Int64, batch_size: Int32,
-               num_kv_heads: Int32, group: Int32, m_head_stride: Int32, in_kind: Int32,
-               x_stride_b: Int32, x_stride_h: Int32):
-        d = self.d
-        nr = self.ROWS
-        h, tile, _ = cute.arch.block_idx()
-        c, _, _ = cute.arch.thread_idx()
-        sm = cute.arch.get_dyn_smem(cutlass.Int8, alignment=16).toint()
-        nrows = batch_size * group
-        # stage the tile's rows (zero past the end); row r = b * group + g of head h
-        for r in cutlass.range_constexpr(nr):
-            rr = cutlass.min(tile * nr + r, nrows - 1)
-            b = rr // group
-            g = rr - b * group
-            xel = (Int64(b) * Int64(x_stride_b) + Int64(h * group + g) * Int64(x_stride_h)
-                   + Int64(c))
-            v = _ldg_kind(x_ptr + xel * 4, x_ptr + xel * 2, in_kind)
-            keep = Float32(cutlass.select_(tile * nr + r < nrows, 1.0, 0.0))
-            _sts_f32(sm + (r * d + c) * 4, v * keep)
-        cute.arch.sync_threads()
-        acc = cute.make_rmem_tensor((nr,), Float32)
-        for r in cutlass.range_constexpr(nr):
-            acc[r] = Float32(0.0)
-        mbase = m_ptr + Int64(h) * Int64(m_head_stride) * 4
-        for k in cutlass.range_constexpr(0, d, 4):   # fully unrolled: M loads all in flight
-            m0 = _ldg_f32(mbase + (Int64(k) * d + Int64(c)) * 4)
-            m1 = _ldg_f32(mbase + (Int64(k + 1) * d + Int64(c)) * 4)
-            m2 = _ldg_f32(mbase + (Int64(k + 2) * d + Int64(c)) * 4)
-            m3 = _ldg_f32(mbase + (Int64(k + 3) * d + Int64(c)) * 4)
-            for r in cutlass.range_constexpr(nr):
-                x0, x1, x2, x3 = _lds_v4f(sm + (r * d + k) * 4)
-                acc[r] = acc[r] + x0 * m0 + x1 * m1 + x2 * m2 + x3 * m3
-        for r in cutlass.range_constexpr(nr):
-            if tile * nr + r < nrows:
-                rr = tile * nr + r
-                b = rr // group
-                g = rr - b * group
-                yoff = ((Int64(b) * Int64(num_kv_heads) + Int64(h)) * Int64(group) + Int64(g)) * d
-                _stg_b16(y_ptr + (yoff + Int64(c)) * 2, acc[r])
+def _fence_acq_rel_gpu():
+    _ptx("fence.acq_rel.gpu;", [], [])
+
+
+def _atom_add_s32(addr, val: int):
+    return _ptx(f"atom.global.add.s32 {{$w0}}, [{{$r0}}], {val};", [Int32], [addr])
+
+
+def _stg_s32(addr, val: int):
+    _ptx(f"st.global.b32 [{{$r0}}], {val};", [], [addr])
+
+
+def _sts_i32(addr, val):
+    _ptx("st.shared.b32 [{$r0}], {$r1};", [], [addr, val])
+
+
+def _sts_b16_of_f32(addr, val):
+    """Store ``val`` rounded to bf16 into shared memory."""
+    _ptx("{ .reg .b16 t; cvt.rn.bf16.f32 t, {$r1}; st.shared.b16 [{$r0}], t; }", [],
+         [addr, val])
 
 
 def _ldg_kind(addr4, addr2, kind):
@@ -1001,15 +1009,6 @@ def _lds_v4f(addr):
     return _ptx("ld.shared.v4.f32 {{$w0}, {$w1}, {$w2}, {$w3}}, [{$r0}];", [Float32] * 4, [addr])
 
 
-def _stg_b16(addr, val):
-    """Store ``val`` rounded to bf16."""
-    _ptx("{ .reg .b16 t; cvt.rn.bf16.f32 t, {$r1}; st.global.b16 [{$r0}], t; }", [], [addr, val])
-
-
-def _ldg_f32(addr):
-    return _ptx("ld.global.f32 {$w0}, [{$r0}];", [Float32], [addr])
-
-
 def _ldg_v4f(addr):
     return _ptx("ld.global.nc.v4.f32 {{$w0}, {$w1}, {$w2}, {$w3}}, [{$r0}];", [Float32] * 4,
                 [addr])
@@ -1034,24 +1033,5 @@ def compile_decode(config: Int2DecodeConfig):
 
     op = Int2PagedDecodeSm90(config)
     z64, z32 = Int64(0), Int32(0)
-    return cute.compile(op, *([z64] * 13), *([z32] * 10), Float32(1.0), make_fake_stream())
-
-
-def compile_merge(config: Int2DecodeConfig):
-    """``cute.compile`` the split-merge + un-rotation launcher for ``config``."""
-    os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
-    from cutlass.runtime import make_fake_stream
-
-    op = Int2DecodeMergeSm90(config)
-    z64, z32 = Int64(0), Int32(0)
-    return cute.compile(op, *([z64] * 5), *([z32] * 8), make_fake_stream())
-
-
-def compile_rotate(config: Int2DecodeConfig, rows: int = 32):
-    """``cute.compile`` the query rotation, ``rows`` rows per CTA (8 for small batches, 32)."""
-    os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
-    from cutlass.runtime import make_fake_stream
-
-    op = RowTransformSm90(config, rows=rows)
-    z64, z32 = Int64(0), Int32(0)
-    return cute.compile(op, *([z64] * 3), *([z32] * 7), make_fake_stream())
+    return cute.compile(op, *([z64] * NUM_PTR_ARGS), *([z32] * NUM_INT_ARGS), Float32(1.0),
+                        make_fake_stream())
