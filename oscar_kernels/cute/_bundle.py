@@ -3,7 +3,7 @@ else the ahead-of-time bundle built by :mod:`oscar_kernels.cute.aot`.
 
 A bundle is a directory with ``manifest.json`` and one ``lib<name>.so`` per kernel (C ABI
 ``int <name>_load(void)`` and ``int <name>_run(...)``: for ``decode`` 18 int64 pointers,
-18 int32, one float and the stream).
+18 int32, one float and the stream; ``merge`` 5 pointers, 8 int32 and the stream).
 The directory is ``$OSCAR_CUTE_BUNDLE`` when set, else ``oscar_kernels/cute/prebuilt``.
 ``OSCAR_CUTE_MODE=bundle`` or ``=jit`` forces one source. Nothing here needs a GPU to
 import; loading a library needs ``libcudart.so.13`` (import torch first, it loads it).
@@ -27,6 +27,7 @@ BUNDLE_FORMAT = 1
 #: C argument types of each kernel, in order (pointers as int64, then ints, floats, stream).
 _ARGTYPES = {
     "decode": [ctypes.c_int64] * 18 + [ctypes.c_int32] * 18 + [ctypes.c_float, ctypes.c_void_p],
+    "merge": [ctypes.c_int64] * 5 + [ctypes.c_int32] * 8 + [ctypes.c_void_p],
 }
 OPS = tuple(_ARGTYPES)
 
@@ -40,7 +41,8 @@ def bundle_dir() -> str:
 
 
 def kernel_name(op: str, head_dim: int) -> str:
-    return {"decode": f"int2_decode_sm90_d{head_dim}"}[op]
+    return {"decode": f"int2_decode_sm90_d{head_dim}",
+            "merge": f"int2_decode_merge_sm90_d{head_dim}"}[op]
 
 
 def cutlass_available() -> bool:
@@ -127,10 +129,10 @@ def _load_jit_kernel(op: str, head_dim: int) -> Callable:
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
     import cuda.bindings.driver as cuda
 
-    from .int2_decode_sm90 import Int2DecodeConfig, compile_decode
+    from .int2_decode_sm90 import Int2DecodeConfig, compile_decode, compile_merge
 
     cfg = Int2DecodeConfig(head_dim=head_dim)
-    compiled = compile_decode(cfg)
+    compiled = (compile_decode if op == "decode" else compile_merge)(cfg)
 
     def launch(*args) -> None:
         *rest, stream = args

@@ -8,12 +8,14 @@ Runs on a machine without a GPU (``CUTE_DSL_ARCH=sm_90a``), in an environment wi
         --out oscar_kernels/cute/prebuilt --cuda /usr/local/cuda-13.0
 
 For every static compile key (``head_dim`` in {64, 128}) it ``cute.compile``s the decode
-kernel (query rotation, attention, split merge and output rotation in one launch),
+kernel (query rotation, attention, and for few splits the merge and output rotation in
+one launch) and the separate split merge,
 ``export_to_c`` (an object file embedding the sm_90a cubin), then links a ~40 KB shared
 library with a two-function C ABI::
 
     int <name>_load(void);                    /* cudaError_t of loading the module */
     int <name>_run(int64 x18, int32 x18, float, void *stream);          (decode)
+    int <name>_run(int64 x5, int32 x8, void *stream);                   (merge)
 
 against the DSL's ``libcuda_dialect_runtime_static.a`` and ``libcudart.so.13`` (loaded by
 torch on the GPU machine). ``manifest.json`` lists the kernels; the package's loader
@@ -85,7 +87,7 @@ def build(out_dir: str, cuda_home: str, head_dims=HEAD_DIMS) -> dict:
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
     if os.environ["CUTE_DSL_ARCH"] != "sm_90a":
         raise ValueError(f"CUTE_DSL_ARCH: expected sm_90a, got {os.environ['CUTE_DSL_ARCH']}")
-    from .int2_decode_sm90 import Int2DecodeConfig, compile_decode
+    from .int2_decode_sm90 import Int2DecodeConfig, compile_decode, compile_merge
 
     os.makedirs(out_dir, exist_ok=True)
     for f in os.listdir(out_dir):          # a bundle holds exactly what its manifest lists
@@ -94,7 +96,8 @@ def build(out_dir: str, cuda_home: str, head_dims=HEAD_DIMS) -> dict:
     kernels = {}
     for d in head_dims:
         cfg = Int2DecodeConfig(head_dim=d)
-        for op, name, fn in (("decode", cfg.name, compile_decode),):
+        for op, name, fn in (("decode", cfg.name, compile_decode),
+                             ("merge", cfg.merge_name, compile_merge)):
             fn(cfg).export_to_c(out_dir, name)
             lib = _link(out_dir, name, cuda_home)
             kernels[name] = {"op": op, "head_dim": d, "library": os.path.basename(lib),

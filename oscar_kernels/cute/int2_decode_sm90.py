@@ -77,6 +77,10 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64
 
+# The last CTA of a (sequence, KV head) merges its splits when num_splits * group <=
+# FUSED_TAIL_ROWS (one definition, shared with the host dispatch).
+from . import FUSED_TAIL_ROWS
+
 #: Warps per CTA; every warp is an independent KV split.
 NUM_WARPS = 4
 #: Launch bound: registers are capped so this many CTAs fit on an SM (<= 128 registers).
@@ -87,11 +91,10 @@ MAX_GROUP = 8
 MERGE_PARTS = 4
 #: Most splits per (sequence, KV head) the merge reads (= oscar_kernels.cute.MAX_SPLITS).
 MAX_SPLITS = 128
-#: Row width of the merge's split-weight table: MAX_SPLITS plus room for the overrun of
-#: its 4 x NUM_WARPS-split unrolled loop (zero weights), a multiple of 32.
-MERGE_W = MAX_SPLITS + 32
 #: Tokens per chunk (two 8-token QK N tiles = one 16-token PV K step).
 CHUNK = 16
+#: Rows of R_K each thread loads per round trip in the in-kernel query rotation.
+ROT_K = 16
 #: C ABI of the launcher: pointers (int64), then int32 arguments, one float, the stream.
 NUM_PTR_ARGS = 18
 NUM_INT_ARGS = 18
@@ -108,6 +111,10 @@ class Int2DecodeConfig:
     @property
     def name(self) -> str:
         return f"int2_decode_sm90_d{self.head_dim}"
+
+    @property
+    def merge_name(self) -> str:
+        return f"int2_decode_merge_sm90_d{self.head_dim}"
 
 
 # ------------------------------------------------------------------ PTX helpers
@@ -307,7 +314,7 @@ class Int2PagedDecodeSm90:
         # ring + q rows (float32) + q' (bf16)
         self.smem_bytes = self.ring_bytes + MAX_GROUP * d * (4 + 2)
         assert NUM_WARPS * self.combine_bytes <= self.ring_bytes
-        merge_bytes = (MAX_GROUP * MERGE_W + (NUM_WARPS + 1) * MAX_GROUP * d) * 4
+        merge_bytes = (FUSED_TAIL_ROWS + (NUM_WARPS + 1) * MAX_GROUP * d) * 4
         assert merge_bytes <= self.ring_bytes
 
     # ---------------------------------------------------------- channel maps
@@ -558,7 +565,20 @@ class Int2PagedDecodeSm90:
                 if tot > Float32(0.0):
                     lse2 = mx + _lg2(tot)
                 _stg_f32(lse_ptr_part + hrow * 4, lse2)
-        # ---- the last CTA of this (sequence, KV head) to finish merges the splits
+        # ---- the last CTA of this (sequence, KV head) to finish merges the splits (when
+        # num_splits * group <= FUSED_TAIL_ROWS; else Int2DecodeMergeSm90 runs next)
+        if num_splits * group <= FUSED_TAIL_ROWS:
+            self._ticket_and_merge(opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr,
+                                   counter_ptr, s_x, cbase, b, h, group, num_kv_heads,
+                                   num_qo_heads, num_splits, rv_stride, o_kind, o_stride_b,
+                                   o_stride_h, tidx, warp, lane)
+
+    # ------------------------------------------------------------- helpers
+    @cute.jit
+    def _ticket_and_merge(self, opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, counter_ptr,
+                          s_x, cbase, b, h, group, num_kv_heads, num_qo_heads, num_splits,
+                          rv_stride, o_kind, o_stride_b, o_stride_h, tidx, warp, lane):
+        """Atomic ticket per (sequence, KV head); the CTA drawing the last one merges."""
         _fence_acq_rel_gpu()
         cute.arch.sync_threads()
         if tidx == 0:
@@ -573,7 +593,6 @@ class Int2PagedDecodeSm90:
             if tidx == 0:   # graph-safe: the counter is zero again for the next launch
                 _stg_s32(counter_ptr + (Int64(b) * Int64(num_kv_heads) + Int64(h)) * 4, 0)
 
-    # ------------------------------------------------------------- helpers
     @cute.jit
     def _rotate_query(self, q_ptr, rk_ptr, s_x, s_q, b, h, group, num_qo_heads, rk_stride,
                       q_kind, q_stride_b, q_stride_h, tidx):
@@ -593,16 +612,17 @@ class Int2PagedDecodeSm90:
             for gg in cutlass.range_constexpr(MAX_GROUP):
                 acc[gg] = Float32(0.0)
             mcol = rk_ptr + (Int64(h) * Int64(rk_stride) + Int64(tidx)) * 4
-            for k0 in cutlass.range(0, d, 8):
+            for k0 in cutlass.range(0, d, ROT_K):           # ROT_K loads in flight
                 m = []
-                for i in cutlass.range_constexpr(8):
+                for i in cutlass.range_constexpr(ROT_K):
                     m.append(_ldg_f32_nc(mcol + Int64(k0 + i) * (d * 4)))
                 for gg in cutlass.range_constexpr(MAX_GROUP):
                     if gg < group:
-                        x0, x1, x2, x3 = _lds_v4f(s_x + (gg * d + k0) * 4)
-                        x4, x5, x6, x7 = _lds_v4f(s_x + (gg * d + k0 + 4) * 4)
-                        acc[gg] = (acc[gg] + x0 * m[0] + x1 * m[1] + x2 * m[2] + x3 * m[3]
-                                   + x4 * m[4] + x5 * m[5] + x6 * m[6] + x7 * m[7])
+                        a = acc[gg]
+                        for i in cutlass.range_constexpr(0, ROT_K, 4):
+                            x0, x1, x2, x3 = _lds_v4f(s_x + (gg * d + k0 + i) * 4)
+                            a = a + x0 * m[i] + x1 * m[i + 1] + x2 * m[i + 2] + x3 * m[i + 3]
+                        acc[gg] = a
             for gg in cutlass.range_constexpr(MAX_GROUP):
                 if gg < group:
                     _sts_b16_of_f32(s_q + (gg * d + tidx) * 2, acc[gg])
@@ -612,38 +632,43 @@ class Int2PagedDecodeSm90:
     def _merge_tail(self, opart_ptr, lsepart_ptr, rv_ptr, o_ptr, lse_ptr, cbase, b, h, group,
                     num_qo_heads, num_splits, rv_stride, o_kind, o_stride_b, o_stride_h, tidx,
                     warp, lane):
-        """Run by the last CTA of (sequence ``b``, KV head ``h``): merge the ``num_splits``
-        partials of the group's heads (``w_s = 2^(lse2_s - max)``), apply ``R_V[h]^T`` and
-        store ``o`` in the output dtype and the natural-log lse. Partials are read with
-        ``ld.global.cg`` (written by other CTAs of this launch). Shared memory (the free
-        ring): weights ``[MAX_GROUP, MERGE_W]``, per-warp sums ``[NUM_WARPS, MAX_GROUP, d]``,
-        the merged ``o'`` ``[MAX_GROUP, d]``."""
+        """Run by the last CTA of (sequence ``b``, KV head ``h``) when ``num_splits * group
+        <= FUSED_TAIL_ROWS``: merge the partials of the group's heads
+        (``w_s = 2^(lse2_s - max)``), apply ``R_V[h]^T``, store ``o`` in the output dtype and
+        the natural-log lse. Partials are read with ``ld.global.cg`` (written by other CTAs
+        of this launch). Shared memory (the free ring): flat weights ``[rows]`` with row
+        ``e = g * num_splits + s``, per-warp sums ``[NUM_WARPS, MAX_GROUP, d]``, the merged
+        ``o'`` ``[MAX_GROUP, d]``."""
         d = self.d
+        cpl = d // 32                                   # channels per lane in the row sums
+        nrows = group * num_splits
         row0 = Int64(b) * Int64(num_qo_heads) + Int64(h * group)   # (b, first head) row
         s_w = cbase
-        s_o = s_w + MAX_GROUP * MERGE_W * 4
+        s_o = s_w + FUSED_TAIL_ROWS * 4
         s_or = s_o + NUM_WARPS * MAX_GROUP * d * 4
-        for e in cutlass.range(tidx, group * num_splits, 32 * NUM_WARPS):
-            gg = e // num_splits
-            _sts_f32(s_w + (gg * MERGE_W + (e - gg * num_splits)) * 4,
-                     _ldcg_f32(lsepart_ptr + (row0 * num_splits + Int64(e)) * 4))
+        for e in cutlass.range(tidx, nrows, 32 * NUM_WARPS):
+            _sts_f32(s_w + e * 4, _ldcg_f32(lsepart_ptr + (row0 * num_splits + Int64(e)) * 4))
+        for gg in cutlass.range(0, group, 1):
+            for j in cutlass.range_constexpr(cpl):
+                _sts_f32(s_o + ((warp * MAX_GROUP + gg) * d + cpl * lane + j) * 4,
+                         Float32(0.0))
         cute.arch.sync_threads()
-        # weights per head (one warp per head): w_s / sum w, zero past num_splits
+        # weights per head (one warp per head; num_splits <= FUSED_TAIL_ROWS): w_s / sum w
         for gg in cutlass.range(warp, group, NUM_WARPS):
-            lv = cute.make_rmem_tensor((MERGE_W // 32,), Float32)
+            lv = cute.make_rmem_tensor((FUSED_TAIL_ROWS // 32,), Float32)
             mx = Float32(NEG_INF)
-            for i in cutlass.range_constexpr(MERGE_W // 32):
+            for i in cutlass.range_constexpr(FUSED_TAIL_ROWS // 32):
                 sidx = lane + 32 * i
                 lv[i] = Float32(NEG_INF)
                 if sidx < num_splits:
-                    lv[i] = _lds_f32(s_w + (gg * MERGE_W + sidx) * 4)
+                    lv[i] = _lds_f32(s_w + (gg * num_splits + sidx) * 4)
                 mx = _fmax(mx, lv[i])
             for k in cutlass.range_constexpr(5):
                 mx = _fmax(mx, _shfl_bfly(mx, 1 << k))
             m_use = _sel_f32(Int32(cutlass.select_(mx == Float32(NEG_INF), 0, 1)), mx,
                              Float32(0.0))
             tot = Float32(0.0)
-            for i in cutlass.range_constexpr(MERGE_W // 32):
+            for i in cutlass.range_constexpr(FUSED_TAIL_ROWS // 32):
                 lv[i] = _ex2(lv[i] - m_use)
                 tot = tot + lv[i]
             for k in cutlass.range_constexpr(5):
@@ -653,33 +678,30 @@ class Int2PagedDecodeSm90:
             if tot > Float32(0.0):
                 inv = _rcp(tot)
                 lse = (mx + _lg2(tot)) * Float32(math.log(2.0))
-            for i in cutlass.range_constexpr(MERGE_W // 32):
-                _sts_f32(s_w + (gg * MERGE_W + lane + 32 * i) * 4, lv[i] * inv)
+            _syncwarp()
+            for i in cutlass.range_constexpr(FUSED_TAIL_ROWS // 32):
+                sidx = lane + 32 * i
+                if sidx < num_splits:
+                    _sts_f32(s_w + (gg * num_splits + sidx) * 4, lv[i] * inv)
             if lane == 0:
                 _stg_f32(lse_ptr + (row0 + Int64(gg)) * 4, lse)
         cute.arch.sync_threads()
-        # o'[g, c] = sum_s w_s o_part[g, s, c]: warp w takes splits s = w (mod NUM_WARPS),
-        # lane l channels cpl * l .. cpl * l + cpl - 1 (one 16- or 8-byte load per split)
-        cpl = d // 32
-        for gg in cutlass.range(0, group, 1):
-            accv = cute.make_rmem_tensor((cpl,), Float32)
-            for j in cutlass.range_constexpr(cpl):
-                accv[j] = Float32(0.0)
-            obase = opart_ptr + ((row0 + Int64(gg)) * Int64(num_splits) * d
-                                 + Int64(cpl * lane)) * 4
-            for s0 in cutlass.range(0, num_splits, 4 * NUM_WARPS):
-                vals = []
-                wts = []
-                for u in cutlass.range_constexpr(4):
-                    sidx = s0 + u * NUM_WARPS + warp           # < MERGE_W; w = 0 past the end
-                    sl = cutlass.min(sidx, num_splits - 1)
-                    wts.append(_lds_f32(s_w + (gg * MERGE_W + sidx) * 4))
-                    vals.append(_ldcg_vec(obase + Int64(sl) * (d * 4), cpl))
-                for u in cutlass.range_constexpr(4):
+        # o'[g, c] += w_e o_part[e, c]: warp w takes rows e = w (mod NUM_WARPS), 16 loads in
+        # flight per lane (cpl channels each), sums kept per warp in shared memory
+        obase = opart_ptr + (row0 * Int64(num_splits) * d + Int64(cpl * lane)) * 4
+        for e0 in cutlass.range(0, nrows, 16 * NUM_WARPS):
+            vals = []
+            for i in cutlass.range_constexpr(16):
+                el = cutlass.min(e0 + NUM_WARPS * i + warp, nrows - 1)
+                vals.append(_ldcg_vec(obase + Int64(el) * (d * 4), cpl))
+            for i in cutlass.range_constexpr(16):
+                e = e0 + NUM_WARPS * i + warp
+                if e < nrows:
+                    gg = e // num_splits
+                    wgt = _lds_f32(s_w + e * 4)
                     for j in cutlass.range_constexpr(cpl):
-                        accv[j] = accv[j] + wts[u] * vals[u][j]
-            for j in cutlass.range_constexpr(cpl):
-                _sts_f32(s_o + ((warp * MAX_GROUP + gg) * d + cpl * lane + j) * 4, accv[j])
+                        addr = s_o + ((warp * MAX_GROUP + gg) * d + cpl * lane + j) * 4
+                        _sts_f32(addr, _lds_f32(addr) + wgt * vals[i][j])
         cute.arch.sync_threads()
         for e in cutlass.range(tidx, group * d, 32 * NUM_WARPS):
             o = Float32(0.0)
@@ -688,18 +710,29 @@ class Int2PagedDecodeSm90:
             _sts_f32(s_or + e * 4, o)
         cute.arch.sync_threads()
         # o[g, e] = sum_c o'[g, c] R_V[h, e, c]: thread e < d, R_V row e read contiguously
+        # (32 values per round trip), every head of the group per load
         if tidx < d:
             rrow = rv_ptr + (Int64(h) * Int64(rv_stride) + Int64(tidx) * d) * 4
-            for gg in cutlass.range(0, group, 1):
-                acc = Float32(0.0)
-                for c1 in cutlass.range(0, d, 32):
-                    for c0 in cutlass.range_constexpr(0, 32, 4):
-                        r0, r1, r2, r3 = _ldg_v4f(rrow + (c1 + c0) * 4)
-                        x0, x1, x2, x3 = _lds_v4f(s_or + (gg * d + c1 + c0) * 4)
-                        acc = acc + r0 * x0 + r1 * x1 + r2 * x2 + r3 * x3
-                oel = (Int64(b) * Int64(o_stride_b) + Int64(h * group + gg) * Int64(o_stride_h)
-                       + Int64(tidx))
-                _store_kind(o_ptr, oel, acc, o_kind)
+            acc = cute.make_rmem_tensor((MAX_GROUP,), Float32)
+            for gg in cutlass.range_constexpr(MAX_GROUP):
+                acc[gg] = Float32(0.0)
+            for c1 in cutlass.range(0, d, 32):
+                r = []
+                for c0 in cutlass.range_constexpr(0, 32, 4):
+                    r.append(_ldg_v4f(rrow + (c1 + c0) * 4))
+                for gg in cutlass.range_constexpr(MAX_GROUP):
+                    if gg < group:
+                        a = acc[gg]
+                        for c0 in cutlass.range_constexpr(0, 32, 4):
+                            x0, x1, x2, x3 = _lds_v4f(s_or + (gg * d + c1 + c0) * 4)
+                            r0, r1, r2, r3 = r[c0 // 4]
+                            a = a + r0 * x0 + r1 * x1 + r2 * x2 + r3 * x3
+                        acc[gg] = a
+            for gg in cutlass.range_constexpr(MAX_GROUP):
+                if gg < group:
+                    oel = (Int64(b) * Int64(o_stride_b) + Int64(h * group + gg)
+                           * Int64(o_stride_h) + Int64(tidx))
+                    _store_kind(o_ptr, oel, acc[gg], o_kind)
 
     @cute.jit
     def _max_and_rescale(self, st, loc0, loc1, acc, moved):
@@ -812,10 +845,22 @@ class Int2PagedDecodeSm90:
             t = 2 * quad + (j % 2) + 8 * (j // 2)
             vaddr = sbase + CHUNK * rb + t * rb + g * self.nbv
             vw.append(_lds_b32(vaddr) if self.nbv == 4 else _lds_b16(vaddr))
-        va = cute.make_rmem_tensor((2 * self.mtiles * 2,), Int32)
-        self._unpack_v(vw, va)
-        self._chunk(qa, qh, kf0, kf1, va, sk, zk, sv, zv, valid, acc, st, scale_log2, quad,
-                    tsel, src0, True)
+        # V codes are unpacked lazily, one M tile right before its MMA (fewer live registers)
+        xs = [[_prmt(vw[2 * pair], vw[2 * pair + 1], 0x5410 if u == 0 else 0x7632)
+               for u in range(self.nbv // 2)] for pair in range(2)]
+
+        def v_frag(mt):
+            u, i = mt // 4, mt % 4
+            frag = []
+            for pair in range(2):
+                for rh in range(2):
+                    sh = 8 * rh + (2 if i == 3 else 0)
+                    x = xs[pair][u] if sh == 0 else _shr(xs[pair][u], sh)
+                    frag.append(_lop3_magic(x, QUARTER_MASK[i]))
+            return frag
+
+        self._chunk(qa, qh, kf0, kf1, v_frag, sk, zk, sv, zv, valid, acc, st, scale_log2,
+                    quad, tsel, src0, True)
 
     def _unpack_k(self, words, kf):
         """K code words of one token -> 2*ksteps B fragments of ``128 + m_i * code``."""
@@ -826,20 +871,6 @@ class Int2PagedDecodeSm90:
                 for hh in range(2):
                     kf[wi * 8 + i * 2 + hh] = _lop3_magic(src[hh][1 if i == 3 else 0],
                                                           QUARTER_MASK[i])
-
-    def _unpack_v(self, vw, va):
-        """V code words of tokens (2q, 2q+1, 2q+8, 2q+9) -> A fragments [pair][mt][rh]."""
-        for pair in range(2):
-            w_a = vw[2 * pair]
-            w_b = vw[2 * pair + 1]
-            for u in range(self.nbv // 2):
-                x = _prmt(w_a, w_b, 0x5410 if u == 0 else 0x7632)
-                src = [[x, _shr(x, 2)], [_shr(x, 8), _shr(x, 10)]]
-                for i in range(4):
-                    for rh in range(2):
-                        mt = 4 * u + i
-                        va[(pair * self.mtiles + mt) * 2 + rh] = _lop3_magic(
-                            src[rh][1 if i == 3 else 0], QUARTER_MASK[i])
 
     def _win_addr(self, base, wslot, win_rows, num_kv_heads, h, wrow):
         return base + ((Int64(wslot) * Int64(win_rows) + Int64(wrow)) * Int64(num_kv_heads)
@@ -941,10 +972,139 @@ class Int2PagedDecodeSm90:
         b1 = _prmt_r(y0, y1, tsel)
         for mt in range(self.mtiles):
             c = [acc[4 * mt], acc[4 * mt + 1], acc[4 * mt + 2], acc[4 * mt + 3]]
-            r = _mma(va[mt * 2], va[mt * 2 + 1], va[(self.mtiles + mt) * 2],
-                     va[(self.mtiles + mt) * 2 + 1], b0, b1, *c)
+            if callable(va):
+                a = va(mt)
+            else:
+                a = [va[mt * 2], va[mt * 2 + 1], va[(self.mtiles + mt) * 2],
+                     va[(self.mtiles + mt) * 2 + 1]]
+            r = _mma(*a, b0, b1, *c)
             for i in range(4):
                 acc[4 * mt + i] = r[i]
+
+
+class Int2DecodeMergeSm90:
+    """Merge the splits of :class:`Int2PagedDecodeSm90`, un-rotate and store in the output
+    dtype: one CTA per (sequence, query head), ``MERGE_PARTS * head_dim`` threads (part
+    ``p``, channel ``d``).
+
+    ``o[b, g, e] = sum_d (sum_s w_s o_part[b, g, s, d] / sum_s w_s) R_V[h, e, d]`` with
+    ``w_s = 2^(lse2_s - max lse2)``; ``lse = ln 2 * (max lse2 + log2 sum_s w_s)``
+    (``-inf`` and ``o = 0`` for a sequence without tokens). ``o`` is written at
+    ``o_ptr + (b * o_stride_b + qh * o_stride_h + e) * elem`` as float32 (``out_kind`` 0),
+    bf16 (1) or fp16 (2), so it lands directly in the caller's ``out``. Requires
+    ``num_splits <= MAX_SPLITS``.
+    """
+
+    def __init__(self, config: Int2DecodeConfig):
+        self.d = config.head_dim
+        self.threads = MERGE_PARTS * self.d
+
+    @cute.jit
+    def __call__(self, opart_ptr: Int64, lse_part_ptr: Int64, rv_ptr: Int64, o_ptr: Int64,
+                 lse_ptr: Int64, batch_size: Int32, num_kv_heads: Int32, group: Int32,
+                 num_splits: Int32, rv_head_stride: Int32, out_kind: Int32, o_stride_b: Int32,
+                 o_stride_h: Int32, stream: cuda.CUstream):
+        self.kernel(opart_ptr, lse_part_ptr, rv_ptr, o_ptr, lse_ptr, group, num_splits,
+                    rv_head_stride, out_kind, o_stride_b,
+                    o_stride_h).launch(grid=(num_kv_heads * group, batch_size, 1),
+                                       block=(self.threads, 1, 1), stream=stream,
+                                       smem=(2 * self.threads + 64) * 4)
+
+    @cute.kernel
+    def kernel(self, opart_ptr: Int64, lse_part_ptr: Int64, rv_ptr: Int64, o_ptr: Int64,
+               lse_ptr: Int64, group: Int32, num_splits: Int32, rv_head_stride: Int32,
+               out_kind: Int32, o_stride_b: Int32, o_stride_h: Int32):
+        d = self.d
+        nthreads = self.threads
+        nwarps = nthreads // 32
+        qh, b, _ = cute.arch.block_idx()
+        num_qo_heads = cute.arch.grid_dim()[0]
+        t, _, _ = cute.arch.thread_idx()
+        lane = t % 32
+        warp = t // 32
+        part = t // d
+        ch = t - part * d
+        h = qh // group
+        sm = cute.arch.get_dyn_smem(cutlass.Int8, alignment=16).toint()
+        s_w = sm                          # [nthreads] split weights, then o_rot[d]
+        s_red = sm + nthreads * 4         # [nthreads] partial sums
+        s_warp = sm + 2 * nthreads * 4    # [nwarps] warp maxima, then sums
+        row = Int64(b) * Int64(num_qo_heads) + Int64(qh)
+        # R_V row e = ch, quarter `part` of its columns: loaded first, in flight meanwhile
+        dq = d // MERGE_PARTS
+        rrow = rv_ptr + (Int64(h) * Int64(rv_head_stride) + Int64(ch) * d + Int64(part * dq)) * 4
+        rv = []
+        for dd in cutlass.range_constexpr(0, dq, 4):
+            rv.append(_ldg_v4f(rrow + dd * 4))
+        # lse2 of split t, block max
+        l_t = Float32(NEG_INF)
+        if t < num_splits:
+            l_t = _ldg_f32(lse_part_ptr + (row * num_splits + Int64(t)) * 4)
+        mx = l_t
+        for k in cutlass.range_constexpr(5):
+            mx = _fmax(mx, _shfl_bfly(mx, 1 << k))
+        if lane == 0:
+            _sts_f32(s_warp + warp * 4, mx)
+        cute.arch.sync_threads()
+        mx = Float32(NEG_INF)
+        for w in cutlass.range_constexpr(nwarps):
+            mx = _fmax(mx, _lds_f32(s_warp + w * 4))
+        m_use = _sel_f32(Int32(cutlass.select_(mx == Float32(NEG_INF), 0, 1)), mx, Float32(0.0))
+        w_t = _ex2(l_t - m_use)
+        _sts_f32(s_w + t * 4, w_t)
+        tot = w_t
+        for k in cutlass.range_constexpr(5):
+            tot = tot + _shfl_bfly(tot, 1 << k)
+        cute.arch.sync_threads()
+        if lane == 0:
+            _sts_f32(s_warp + warp * 4, tot)
+        # sum_s w_s o_part[s][ch] over the splits s = part (mod MERGE_PARTS)
+        acc = Float32(0.0)
+        obase = opart_ptr + (row * num_splits * d + Int64(ch)) * 4
+        vals = []
+        for k in cutlass.range_constexpr(MAX_SPLITS // MERGE_PARTS):
+            sidx = cutlass.min(part + k * MERGE_PARTS, num_splits - 1)   # w = 0 past the end
+            vals.append(_ldg_f32(obase + Int64(sidx) * (d * 4)))
+        for k in cutlass.range_constexpr(MAX_SPLITS // MERGE_PARTS):
+            acc = acc + _lds_f32(s_w + (part + k * MERGE_PARTS) * 4) * vals[k]
+        _sts_f32(s_red + t * 4, acc)
+        cute.arch.sync_threads()
+        tot = Float32(0.0)
+        for w in cutlass.range_constexpr(nwarps):
+            tot = tot + _lds_f32(s_warp + w * 4)
+        inv = Float32(0.0)
+        if tot > Float32(0.0):
+            inv = _rcp(tot)
+        if part == 0:
+            o = Float32(0.0)
+            for pp in cutlass.range_constexpr(MERGE_PARTS):
+                o = o + _lds_f32(s_red + (pp * d + ch) * 4)
+            _sts_f32(s_w + ch * 4, o * inv)      # o_rot[ch] (split weights are consumed)
+        if t == 0:
+            lse = Float32(NEG_INF)
+            if tot > Float32(0.0):
+                lse = (mx + _lg2(tot)) * Float32(math.log(2.0))
+            _stg_f32(lse_ptr + row * 4, lse)
+        cute.arch.sync_threads()
+        # o[e] = sum_d o_rot[d] R_V[h, e, d]: thread (part, e) sums its quarter of d
+        e = ch
+        acc2 = Float32(0.0)
+        for i in cutlass.range_constexpr(dq // 4):
+            r0, r1, r2, r3 = rv[i]
+            x0, x1, x2, x3 = _lds_v4f(s_w + (part * dq + 4 * i) * 4)
+            acc2 = acc2 + r0 * x0 + r1 * x1 + r2 * x2 + r3 * x3
+        _sts_f32(s_red + t * 4, acc2)
+        cute.arch.sync_threads()
+        if part == 0:
+            o = Float32(0.0)
+            for pp in cutlass.range_constexpr(MERGE_PARTS):
+                o = o + _lds_f32(s_red + (pp * d + e) * 4)
+            oel = Int64(b) * Int64(o_stride_b) + Int64(qh) * Int64(o_stride_h) + Int64(e)
+            _store_kind(o_ptr, oel, o, out_kind)
+
+
+def _ldg_f32(addr):
+    return _ptx("ld.global.f32 {$w0}, [{$r0}];", [Float32], [addr])
 
 
 def _ldg_f32_nc(addr):
@@ -1035,3 +1195,13 @@ def compile_decode(config: Int2DecodeConfig):
     z64, z32 = Int64(0), Int32(0)
     return cute.compile(op, *([z64] * NUM_PTR_ARGS), *([z32] * NUM_INT_ARGS), Float32(1.0),
                         make_fake_stream())
+
+
+def compile_merge(config: Int2DecodeConfig):
+    """``cute.compile`` the split-merge + un-rotation launcher for ``config``."""
+    os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+    from cutlass.runtime import make_fake_stream
+
+    op = Int2DecodeMergeSm90(config)
+    z64, z32 = Int64(0), Int32(0)
+    return cute.compile(op, *([z64] * 5), *([z32] * 8), make_fake_stream())
