@@ -349,12 +349,37 @@ def _bf16_block(q0, q1, q2, q3, k_rows, v_rows, rbase, nmask, valid,
 
 
 @triton.jit
-def _rotate_quarter(q_rows, rmask, rot_base, stride_rd, I: tl.constexpr, D: tl.constexpr,
-                    PD: tl.constexpr):
+def _unrotate(o0, o1, o2, o3, rot_base, stride_rd, stride_rc, D: tl.constexpr,
+              PD: tl.constexpr, DOT16: tl.constexpr):
+    """``o' @ R^T`` from the quarters ``o0..o3 [M, PD]`` (fp32, rotated space) → ``[M, D]``.
+
+    ``R [D, D]`` fp32 at ``rot_base`` (strides ``stride_rd``, ``stride_rc``); quarter ``i``
+    multiplies rows ``[i·PD, (i+1)·PD)`` of ``R^T``. TF32 on the GPU (11-bit operands, like the bf16/fp16 output it feeds;
+    3xTF32 spilled registers at ``maxnreg=128``), IEEE in the interpreter.
+    """
+    k = tl.arange(0, PD)
+    c = tl.arange(0, D)
+    rt = rot_base + c[None, :] * stride_rd + k[:, None] * stride_rc       # R^T rows [PD, D]
+    if DOT16:
+        out = tl.dot(o0, tl.load(rt), input_precision="tf32")
+        out = tl.dot(o1, tl.load(rt + PD * stride_rc), out, input_precision="tf32")
+        out = tl.dot(o2, tl.load(rt + 2 * PD * stride_rc), out, input_precision="tf32")
+        out = tl.dot(o3, tl.load(rt + 3 * PD * stride_rc), out, input_precision="tf32")
+    else:
+        out = tl.dot(o0, tl.load(rt), input_precision="ieee")
+        out = tl.dot(o1, tl.load(rt + PD * stride_rc), out, input_precision="ieee")
+        out = tl.dot(o2, tl.load(rt + 2 * PD * stride_rc), out, input_precision="ieee")
+        out = tl.dot(o3, tl.load(rt + 3 * PD * stride_rc), out, input_precision="ieee")
+    return out
+
+
+@triton.jit
+def _rotate_quarter(q_rows, rmask, rot_base, stride_rd, stride_rc, I: tl.constexpr,
+                    D: tl.constexpr, PD: tl.constexpr):
     """Quarter ``I`` of ``x @ R``: ``Σ_c x[:, c-th quarter] @ R[c-th quarter, I-th quarter]``.
 
     ``q_rows [M]`` pointers to the rows of ``x`` (any float dtype, upcast to fp32), ``R``
-    ``[D, D]`` fp32 at ``rot_base``. Four ``[M, D/4] x [D/4, D/4]`` dots in 3xTF32
+    ``[D, D]`` fp32 at ``rot_base`` with strides ``(stride_rd, stride_rc)``. Four ``[M, D/4] x [D/4, D/4]`` dots in 3xTF32
     (split-precision tensor-core products, about fp32 accuracy; the result is rounded to
     fp16/TF32 for the attention dots anyway). An IEEE (FMA) dot here made ptxas fall back
     to 32 registers and a 3.5 KB spill stack for the whole decode kernel (``ptxas -v`` on
@@ -365,6 +390,6 @@ def _rotate_quarter(q_rows, rmask, rot_base, stride_rd, I: tl.constexpr, D: tl.c
     for c in tl.static_range(4):
         x = tl.load(q_rows[:, None] + (c * PD + j)[None, :], mask=rmask[:, None],
                     other=0.0).to(tl.float32)
-        r = tl.load(rot_base + (c * PD + j)[:, None] * stride_rd + (I * PD + j)[None, :])
+        r = tl.load(rot_base + (c * PD + j)[:, None] * stride_rd + (I * PD + j)[None, :] * stride_rc)
         acc += tl.dot(x, r, input_precision="tf32x3")
     return acc

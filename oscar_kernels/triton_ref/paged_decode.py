@@ -50,7 +50,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._blocks import _bf16_block, _int2_block, _int2_query, _int2_unscale, _rotate_quarter
+from ._blocks import (_bf16_block, _int2_block, _int2_query, _int2_unscale, _rotate_quarter,
+                      _unrotate)
 from ._common import interpret_mode, page_strides
 
 LOG2E = 1.4426950408889634
@@ -61,20 +62,29 @@ LN2 = 0.6931471805599453
 class DecodeConfig:
     """Launch parameters of the decode kernels.
 
-    ``num_splits=None`` picks ``ceil(target_programs / (batch · heads))`` INT2 splits,
-    capped so that a split averages at least ``min_split_tokens`` tokens. ``maxnreg``
-    caps registers per thread (168 lets three 4-warp programs share an SM; the kernel
-    otherwise takes ~243 and two fit: 2.12 → 1.53 ms at batch 32, 64K, with
-    ``num_stages=3``; perf/results/2026-11-29_h200_bench_decode_sweep.json),
+    Splits (``num_splits=None``): with ``target_programs`` set, ``ceil(target_programs /
+    pairs)`` INT2 splits per (sequence, KV head) pair; otherwise a wave model over
+    ``slots = num_SMs · programs_per_SM`` (``programs_per_SM = 65536 registers /
+    (maxnreg · 32 · num_warps)``, 4 at the default 128): at most ``small_pairs`` pairs
+    (latency bound, batch 1-2 at 8 heads) ``ceil(small_programs / pairs)``; at most
+    ``slots / 4`` pairs two waves, ``round(2 · slots / pairs)``; else one wave,
+    ``round(slots / pairs)``. Either way capped so that a split averages at least
+    ``min_split_tokens`` tokens. Measured on the H200 at 64K (qwen3-8b,
+    perf/results/2026-11-29_h200_triton_run1_214c6e9.json): batch 1 best at 50 splits
+    (33: +11 %, 66: +9 %, 132: +30 %), batch 8 at 17 (9: +17 %), batch 32 at 2 (3: +17 %).
+
+    ``maxnreg`` caps registers per thread: 128 lets four 4-warp programs share an SM
+    without spills since the subnormal unpack (168: three; uncapped ~243: two).
     ``fast_unpack`` selects a PTX unpack, ``unpack`` which one (``"subnormal"``: 0.625
     instructions per code, or ``"magic"``: 1.5; see ``_blocks.py``; the interpreter runs
-    the subnormal algebra with fp32 codes), ``merge_elems`` / ``merge_warps`` size the
-    merge's per-step tile (``BLOCK_S · GQA · D`` fp32), ``rotate_in_kernel=False`` rotates the
-    queries with one torch GEMM before the launch. ``None`` for ``target_programs`` or
-    ``rotate_in_kernel`` means: chosen by ``batch · heads`` (at most ``small_pairs``:
-    396 programs and the rotation in the kernel; else 528 and the torch GEMM), the
-    fastest of each measured on the H200 (2026-11-29_h200_bench_decode.json: 0.098 vs
-    0.116 ms at batch 1, 64K; 1.497 vs 1.523 ms at batch 32, 64K).
+    the subnormal algebra with fp32 codes). ``unrotate_in_split`` applies ``R_V^T`` to each
+    split's partial output in the split kernel (3xTF32), so the merge is a plain weighted
+    sum over ``merge_cols`` columns per program; else the merge un-rotates (fp32, every
+    column program re-merges all ``D`` columns). ``merge_elems`` / ``merge_warps`` size the
+    merge's per-step tile (``BLOCK_S · GQA · columns`` fp32). ``rotate_in_kernel=False``
+    rotates the queries with one torch GEMM before the launch; ``None``: in the kernel for
+    at most ``small_pairs`` pairs (0.098 vs 0.116 ms at batch 1, 64K), else the GEMM
+    (1.497 vs 1.523 ms at batch 32; 2026-11-29_h200_bench_decode.json).
     """
 
     block_n: int = 128
@@ -83,30 +93,49 @@ class DecodeConfig:
     num_stages: int = 3
     num_splits: int | None = None
     target_programs: int | None = None
+    small_programs: int = 396
     min_split_tokens: int = 256
     window_chunk: int = 64
     fast_unpack: bool = True
     unpack: str = "subnormal"
+    unrotate_in_split: bool = True
+    merge_cols: int = 32
     merge_elems: int = 8192
     merge_warps: int = 4
-    maxnreg: int | None = 168
+    maxnreg: int | None = 128
     rotate_in_kernel: bool | None = None
     small_pairs: int = 16
 
     def resolved(self, batch_size: int, num_kv_heads: int) -> "DecodeConfig":
-        """The config with ``None`` fields filled in for this batch."""
+        """The config with ``rotate_in_kernel`` filled in for this batch."""
         small = batch_size * num_kv_heads <= self.small_pairs
         return replace(
             self,
-            target_programs=self.target_programs or (396 if small else 528),
             rotate_in_kernel=small if self.rotate_in_kernel is None else self.rotate_in_kernel)
+
+    def programs_per_sm(self) -> int:
+        """Resident split programs per SM allowed by the register cap."""
+        regs = self.maxnreg or 240
+        return max(1, 65536 // (regs * 32 * self.num_warps))
+
+
+_NUM_SMS: dict[int, int] = {}
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 4
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    if idx not in _NUM_SMS:
+        _NUM_SMS[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    return _NUM_SMS[idx]
 
 
 def default_decode_config(device: torch.device) -> DecodeConfig:
     if interpret_mode(device):
         return DecodeConfig(block_n=32, block_w=32, num_warps=4, num_stages=1,
                             target_programs=8, min_split_tokens=32, window_chunk=32,
-                            fast_unpack=False)
+                            fast_unpack=False, merge_cols=16)
     return DecodeConfig()
 
 
@@ -119,10 +148,19 @@ def _unpack_mode(cfg: DecodeConfig, dot16: bool) -> int:
     return 1 if (dot16 and cfg.fast_unpack) else 0
 
 
-def _num_splits(cfg: DecodeConfig, batch_size: int, num_kv_heads: int, token_bound: int) -> int:
+def _num_splits(cfg: DecodeConfig, batch_size: int, num_kv_heads: int, token_bound: int,
+                slots: int) -> int:
+    """INT2 splits per (sequence, KV head) pair; see ``DecodeConfig``."""
     if cfg.num_splits is not None:
         return max(1, cfg.num_splits)
-    want = math.ceil(cfg.target_programs / (batch_size * num_kv_heads))
+    pairs = batch_size * num_kv_heads
+    if cfg.target_programs is not None:
+        want = math.ceil(cfg.target_programs / pairs)
+    elif pairs <= cfg.small_pairs:
+        want = math.ceil(cfg.small_programs / pairs)
+    else:
+        waves = 2 if 4 * pairs <= slots else 1
+        want = max(1, round(waves * slots / pairs))
     per_seq = max(1, token_bound // batch_size)
     return max(1, min(want, math.ceil(per_seq / cfg.min_split_tokens)))
 
@@ -130,7 +168,8 @@ def _num_splits(cfg: DecodeConfig, batch_size: int, num_kv_heads: int, token_bou
 @triton.jit
 def _paged_decode_split_kernel(
     q_ptr, stride_qb, stride_qh,                       # q [B, Hq, D]
-    rot_k_ptr, stride_rh, stride_rd,                   # [H, D, D] fp32
+    rot_k_ptr, stride_rh, stride_rd, stride_rc,        # R_K [H, D, D] fp32 (any strides)
+    rot_v_ptr, stride_vh, stride_vd, stride_vc,        # R_V [H, D, D] fp32 (any strides)
     k_codes, v_codes, sc_page, sc_slot, sc_head,       # [.., D/4] uint8
     k_params, v_params, sp_page, sp_slot, sp_head,     # [.., NG, 2]
     k_win, v_win, sw_slot, sw_row, sw_head,            # [slots, S+W, H, D] bf16
@@ -139,7 +178,7 @@ def _paged_decode_split_kernel(
     PAGE_SIZE: tl.constexpr, SINK: tl.constexpr, RECENT: tl.constexpr,
     D: tl.constexpr, GQA: tl.constexpr, GP: tl.constexpr, NG: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, NWIN: tl.constexpr, WCHUNK: tl.constexpr,
-    DOT16: tl.constexpr, UNPACK: tl.constexpr, QROT: tl.constexpr,
+    DOT16: tl.constexpr, UNPACK: tl.constexpr, QROT: tl.constexpr, UNROT: tl.constexpr,
 ):
     h = tl.program_id(0)
     sp = tl.program_id(1)
@@ -157,10 +196,10 @@ def _paged_decode_split_kernel(
     qmask = rmask
     if QROT:
         rb = rot_k_ptr + h * stride_rh
-        q0 = _rotate_quarter(qrows, qmask, rb, stride_rd, 0, D, PD) * qk_scale     # [GP, PD]
-        q1 = _rotate_quarter(qrows, qmask, rb, stride_rd, 1, D, PD) * qk_scale
-        q2 = _rotate_quarter(qrows, qmask, rb, stride_rd, 2, D, PD) * qk_scale
-        q3 = _rotate_quarter(qrows, qmask, rb, stride_rd, 3, D, PD) * qk_scale
+        q0 = _rotate_quarter(qrows, qmask, rb, stride_rd, stride_rc, 0, D, PD) * qk_scale     # [GP, PD]
+        q1 = _rotate_quarter(qrows, qmask, rb, stride_rd, stride_rc, 1, D, PD) * qk_scale
+        q2 = _rotate_quarter(qrows, qmask, rb, stride_rd, stride_rc, 2, D, PD) * qk_scale
+        q3 = _rotate_quarter(qrows, qmask, rb, stride_rd, stride_rc, 3, D, PD) * qk_scale
     else:
         # q already rotated and scaled by the launcher (fp32)
         jq = tl.arange(0, PD)
@@ -222,23 +261,34 @@ def _paged_decode_split_kernel(
     inv = tl.where(nonempty, 1.0 / tl.where(nonempty, l_i, 1.0), 0.0)
     lse = tl.where(nonempty, m_i + tl.log2(tl.where(nonempty, l_i, 1.0)), float("-inf"))
     row = ((b * num_heads + h) * (num_splits + NWIN) + sp) * GQA + r            # [GP]
-    j = tl.arange(0, PD)
-    optr = part_o + row[:, None].to(tl.int64) * D + j[None, :]
-    tl.store(optr, (a0 + z0[:, None]) * inv[:, None], mask=rmask[:, None])
-    tl.store(optr + PD, (a1 + z1[:, None]) * inv[:, None], mask=rmask[:, None])
-    tl.store(optr + 2 * PD, (a2 + z2[:, None]) * inv[:, None], mask=rmask[:, None])
-    tl.store(optr + 3 * PD, (a3 + z3[:, None]) * inv[:, None], mask=rmask[:, None])
+    o0 = (a0 + z0[:, None]) * inv[:, None]
+    o1 = (a1 + z1[:, None]) * inv[:, None]
+    o2 = (a2 + z2[:, None]) * inv[:, None]
+    o3 = (a3 + z3[:, None]) * inv[:, None]
+    if UNROT:
+        # partial already in model space: the merge is a plain weighted sum
+        o = _unrotate(o0, o1, o2, o3, rot_v_ptr + h * stride_vh, stride_vd, stride_vc, D, PD,
+                      DOT16)                                                # [GP, D]
+        c = tl.arange(0, D)
+        tl.store(part_o + row[:, None].to(tl.int64) * D + c[None, :], o, mask=rmask[:, None])
+    else:
+        j = tl.arange(0, PD)
+        optr = part_o + row[:, None].to(tl.int64) * D + j[None, :]
+        tl.store(optr, o0, mask=rmask[:, None])
+        tl.store(optr + PD, o1, mask=rmask[:, None])
+        tl.store(optr + 2 * PD, o2, mask=rmask[:, None])
+        tl.store(optr + 3 * PD, o3, mask=rmask[:, None])
     tl.store(part_lse + row, lse, mask=rmask)
 
 
 @triton.jit
 def _decode_merge_kernel(
     part_o, part_lse, num_parts,                       # [B, H, parts, GQA, D], [.., GQA]
-    rot_v_ptr, stride_rh, stride_rd,                   # [H, D, D] fp32
+    rot_v_ptr, stride_rh, stride_rd, stride_rc,        # R_V [H, D, D] fp32 (ROT only)
     o_ptr, stride_ob, stride_oh,                       # [B, Hq, D] (q dtype)
     lse_ptr, stride_lb,                                # [B, Hq] fp32
     D: tl.constexpr, GQA: tl.constexpr, GM: tl.constexpr, BLOCK_S: tl.constexpr,
-    BLOCK_DO: tl.constexpr,
+    BLOCK_DO: tl.constexpr, ROT: tl.constexpr,
 ):
     h = tl.program_id(0)
     b = tl.program_id(1)
@@ -246,20 +296,22 @@ def _decode_merge_kernel(
     num_heads = tl.num_programs(0)
     r = tl.arange(0, GM)
     rmask = r < GQA
-    dd = tl.arange(0, D)
+    # partial columns this program reads: all D when it un-rotates (ROT), else its own
+    DC: tl.constexpr = D if ROT else BLOCK_DO
+    dd = (0 if ROT else c0) + tl.arange(0, DC)
     base = (b * num_heads + h).to(tl.int64) * num_parts
     # one pass, online: running max m, weight sum and weighted sum of the normalized
     # partial outputs, rescaled when the max grows (BLOCK_S splits per step)
     m = tl.full([GM], float("-inf"), tl.float32)
     wsum = tl.zeros([GM], tl.float32)
-    acc = tl.zeros([GM, D], tl.float32)
+    acc = tl.zeros([GM, DC], tl.float32)
     for s0 in range(0, num_parts, BLOCK_S):
         s = s0 + tl.arange(0, BLOCK_S)
         smask = (s < num_parts)[:, None] & rmask[None, :]
         prow = (base + s)[:, None] * GQA + r[None, :]                       # [BLOCK_S, GM]
         ls = tl.load(part_lse + prow, mask=smask, other=float("-inf"))
         po = tl.load(part_o + prow[:, :, None] * D + dd[None, None, :], mask=smask[:, :, None],
-                     other=0.0)                                             # [BLOCK_S, GM, D]
+                     other=0.0)                                             # [BLOCK_S, GM, DC]
         m_new = tl.maximum(m, tl.max(ls, axis=0))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp2(m - m_safe)                                         # 0 while m = -inf
@@ -269,16 +321,20 @@ def _decode_merge_kernel(
         m = m_new
     m_safe = tl.where(m == float("-inf"), 0.0, m)
     has = wsum > 0
-    o_rot = acc / tl.where(has, wsum, 1.0)[:, None]                         # [GM, D]
+    o_part = acc / tl.where(has, wsum, 1.0)[:, None]                        # [GM, DC]
     heads = h * GQA + r
     if c0 == 0:
         lse = tl.where(has, (m_safe + tl.log2(tl.where(has, wsum, 1.0))) * 0.6931471805599453,
                        float("-inf"))
         tl.store(lse_ptr + b * stride_lb + heads, lse, mask=rmask)
-    # un-rotate once: o[:, c] = sum_k o'[:, k] * R_V[h][c, k] for c in this program's columns
     c = c0 + tl.arange(0, BLOCK_DO)
-    rv = tl.load(rot_v_ptr + h * stride_rh + c[:, None] * stride_rd + dd[None, :])  # [BDO, D]
-    out = tl.sum(o_rot[:, None, :] * rv[None, :, :], axis=2)                # [GM, BLOCK_DO]
+    if ROT:
+        # un-rotate: o[:, c] = sum_k o'[:, k] * R_V[h][c, k] for c in this program's columns
+        rv = tl.load(rot_v_ptr + h * stride_rh + c[:, None] * stride_rd
+                     + dd[None, :] * stride_rc)                             # [BDO, D]
+        out = tl.sum(o_part[:, None, :] * rv[None, :, :], axis=2)           # [GM, BLOCK_DO]
+    else:
+        out = o_part
     tl.store(o_ptr + b * stride_ob + heads[:, None] * stride_oh + c[None, :],
              out.to(o_ptr.dtype.element_ty), mask=rmask[:, None])
 
@@ -319,18 +375,17 @@ def paged_decode_attention_triton(q: torch.Tensor, cache, kv_indptr: torch.Tenso
     h = spec.num_kv_heads
     gqa = num_qo_heads // h
     cfg = (config or default_decode_config(q.device)).resolved(batch_size, h)
-    splits = _num_splits(cfg, batch_size, h, kv_indices.shape[0] * spec.page_size)
+    slots = _num_sms(q.device) * cfg.programs_per_sm()
+    splits = _num_splits(cfg, batch_size, h, kv_indices.shape[0] * spec.page_size, slots)
     # window rows: several programs when few (sequence, head) pairs fill the GPU (batch 1:
     # the window was the critical path), one per pair otherwise
     wchunk = cfg.window_chunk
-    if batch_size * h * 4 >= cfg.target_programs:
+    if batch_size * h * 4 >= (cfg.target_programs or slots):
         wchunk = max(cfg.block_w, triton.cdiv(spec.window_size, cfg.block_w) * cfg.block_w)
     nwin = max(1, triton.cdiv(spec.window_size, wchunk))
     parts = splits + nwin
     if q.stride(-1) != 1:
         q = q.contiguous()
-    rot_k = rot_k if rot_k.stride(-1) == 1 else rot_k.contiguous()
-    rot_v = rot_v if rot_v.stride(-1) == 1 else rot_v.contiguous()
     part_o = torch.empty((batch_size, h, parts, gqa, d), dtype=torch.float32, device=q.device)
     part_lse = torch.empty((batch_size, h, parts, gqa), dtype=torch.float32, device=q.device)
     result = out
@@ -349,7 +404,7 @@ def paged_decode_attention_triton(q: torch.Tensor, cache, kv_indptr: torch.Tenso
         q_in = (q_in * qk_scale).view(batch_size, num_qo_heads, d)
         qk_scale = 1.0
     _paged_decode_split_kernel[(h, parts, batch_size)](
-        q_in, q_in.stride(0), q_in.stride(1), rot_k, rot_k.stride(0), rot_k.stride(1),
+        q_in, q_in.stride(0), q_in.stride(1), rot_k, *rot_k.stride(), rot_v, *rot_v.stride(),
         cache.k_codes, cache.v_codes, *sc, cache.k_params, cache.v_params, *sp,
         cache.k_window, cache.v_window, sw[0], sw[1], sw[2],
         kv_indptr, kv_indices, kv_last_page_len, window_slots,
@@ -357,17 +412,22 @@ def paged_decode_attention_triton(q: torch.Tensor, cache, kv_indptr: torch.Tenso
         PAGE_SIZE=spec.page_size, SINK=spec.sink_size, RECENT=spec.recent_size,
         D=d, GQA=gqa, GP=gp, NG=spec.num_groups, BLOCK_N=cfg.block_n, BLOCK_W=cfg.block_w,
         NWIN=nwin, WCHUNK=wchunk, DOT16=dot16, UNPACK=_unpack_mode(cfg, dot16),
-        QROT=cfg.rotate_in_kernel,
+        QROT=cfg.rotate_in_kernel, UNROT=cfg.unrotate_in_split,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **({"maxnreg": cfg.maxnreg} if cfg.maxnreg and not interpret_mode(q.device) else {}),
     )
     gm = triton.next_power_of_2(gqa)
-    block_s = max(1, min(triton.next_power_of_2(parts), cfg.merge_elems // (gm * d)))
-    block_do = max(1, min(d, 8192 // (gm * d), 32))
+    rot = not cfg.unrotate_in_split
+    if rot:
+        block_do = max(1, min(d, 8192 // (gm * d), 32))
+        cols = d                                        # each program re-merges all columns
+    else:
+        block_do = cols = min(d, cfg.merge_cols)
+    block_s = max(1, min(triton.next_power_of_2(parts), cfg.merge_elems // (gm * cols)))
     _decode_merge_kernel[(h, batch_size, d // block_do)](
-        part_o, part_lse, parts, rot_v, rot_v.stride(0), rot_v.stride(1),
+        part_o, part_lse, parts, rot_v, *rot_v.stride(),
         out, out.stride(0), out.stride(1), lse, lse.stride(0),
-        D=d, GQA=gqa, GM=gm, BLOCK_S=block_s, BLOCK_DO=block_do,
+        D=d, GQA=gqa, GM=gm, BLOCK_S=block_s, BLOCK_DO=block_do, ROT=rot,
         num_warps=cfg.merge_warps,
     )
     if result is not None and result.data_ptr() != out.data_ptr():

@@ -71,7 +71,8 @@ def test_decode_gpu(d, h, gqa, ps, g, layout, sdt, lens):
     # launch variants the benchmark sweeps: element-wise unpack, capped registers, small blocks
     rkh, rvh = case["rot"].per_head(h)
     for cfg in (DecodeConfig(fast_unpack=False), DecodeConfig(maxnreg=None, num_stages=2),
-                DecodeConfig(unpack="magic"), DecodeConfig(maxnreg=128, merge_elems=2048),
+                DecodeConfig(unpack="magic"), DecodeConfig(unrotate_in_split=False, merge_elems=2048),
+                DecodeConfig(maxnreg=168, rotate_in_kernel=True),
                 DecodeConfig(block_n=64, target_programs=792, window_chunk=32),
                 DecodeConfig(rotate_in_kernel=False, target_programs=396)):
         out_v = torch.full_like(q, float("nan"))

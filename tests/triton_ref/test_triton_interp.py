@@ -140,6 +140,13 @@ def test_decode_matches_reference(d, h, gqa, ps, g, layout, sdt):
     rk, rv = case["rot"].per_head(h)
     o2, _ = paged_decode_attention_triton(q, case["cache"], *tab, rk, rv, d ** -0.5, config=cfg)
     assert rel_err(o2, o_ref) < 1e-5
+    # column-major rotations (no copy: the kernels take both strides), merge un-rotating
+    cfg = dataclasses.replace(default_decode_config(q.device), unrotate_in_split=False)
+    rk_t, rv_t = (r.transpose(-1, -2).contiguous().transpose(-1, -2) for r in (rk, rv))
+    assert rk_t.stride(-1) != 1
+    o3, _ = paged_decode_attention_triton(q, case["cache"], *tab, rk_t, rv_t, d ** -0.5,
+                                          config=cfg)
+    assert rel_err(o3, o_ref) < 1e-5
     assert torch.equal(lse[0], lse_ref[0]) and bool(torch.isinf(lse[0]).all())
     assert float((lse[1:] - lse_ref[1:]).abs().max()) < 1e-4
     assert float(o[0].abs().max()) == 0.0
