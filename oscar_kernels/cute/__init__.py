@@ -71,13 +71,19 @@ def can_implement(op: str, *, device, spec, num_qo_heads: int, dtype) -> None:
         raise BackendUnavailableError(f"head_dim: this build holds CuTe kernels for {dims} only, got {spec.head_dim}")
 
 
-def num_splits_for(batch_size: int, num_kv_heads: int, num_sms: int) -> int:
-    """CTAs per (sequence, KV head): enough to fill every SM ``CTAS_PER_SM`` times over.
+def num_splits_for(batch_size: int, num_kv_heads: int, num_sms: int, group: int = 1) -> int:
+    """CTAs per (sequence, KV head): enough to fill every SM ``CTAS_PER_SM`` times over,
+    rounded down to ``FUSED_TAIL_ROWS // group`` when that is at most 2x fewer (measured:
+    llama3-70b-tp8 batch 32 at 128K, 16 fused splits 0.187 ms vs 17 + merge kernel 0.216).
 
     Depends on shapes only (never on sequence lengths), so decode stays graph-capturable.
     """
-    want = math.ceil(CTAS_PER_SM * num_sms / (batch_size * num_kv_heads))
-    return max(1, min(MAX_SPLITS, want))
+    want = max(1, min(MAX_SPLITS, math.ceil(CTAS_PER_SM * num_sms / (batch_size * num_kv_heads))))
+    # a little fewer splits when that lets the kernel merge them itself (one launch)
+    fused = FUSED_TAIL_ROWS // group
+    if want > fused and 2 * fused >= want:
+        want = fused
+    return want
 
 
 def _row_strides(spec) -> tuple[int, int, int]:
@@ -120,7 +126,7 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
             f"num_pages * page_size * num_kv_heads = {cache.num_pages * spec.page_size * h}")
     if num_splits is None:
         num_splits = num_splits_for(batch_size, h, torch.cuda.get_device_properties(dev)
-                                    .multi_processor_count)
+                                    .multi_processor_count, group)
     o_part = torch.empty(batch_size, num_qo_heads, num_splits, d, dtype=torch.float32, device=dev)
     lse_part = torch.empty(batch_size, num_qo_heads, num_splits, dtype=torch.float32, device=dev)
     lse = torch.empty(batch_size, num_qo_heads, dtype=torch.float32, device=dev)

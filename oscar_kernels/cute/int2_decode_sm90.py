@@ -378,6 +378,17 @@ class Int2PagedDecodeSm90:
         s_x = smem + self.ring_bytes                 # [MAX_GROUP, d] float32: q rows
         s_q = s_x + MAX_GROUP * d * 4                # [MAX_GROUP, d] bf16: q' = q @ R_K
 
+        # ---- L2 prefetch of R_K[h] (every CTA multiplies by it) and, from split 0, of R_V[h]
+        # (the merge tail / merge kernel reads it): their dependent loads then hit L2
+        lines = d * d * 4 // 128 // (32 * NUM_WARPS)
+        rk_rows = rk_ptr + Int64(h) * Int64(rk_stride) * 4 + Int64(tidx) * 128
+        for i in cutlass.range_constexpr(lines):
+            _prefetch_l2(rk_rows + i * (32 * NUM_WARPS * 128))
+        if split == 0:
+            rv_rows = rv_ptr + Int64(h) * Int64(rv_stride) * 4 + Int64(tidx) * 128
+            for i in cutlass.range_constexpr(lines):
+                _prefetch_l2(rv_rows + i * (32 * NUM_WARPS * 128))
+
         # ---- sequence geometry (all on device; CUDA-graph safe)
         p_begin = _ldg_s32(indptr_ptr + Int64(b) * 4)
         p_end = _ldg_s32(indptr_ptr + Int64(b + 1) * 4)
@@ -1121,6 +1132,10 @@ def _ldcg_vec(addr, n: int):
         return _ptx("ld.global.cg.v4.f32 {{$w0}, {$w1}, {$w2}, {$w3}}, [{$r0}];", [Float32] * 4,
                     [addr])
     return _ptx("ld.global.cg.v2.f32 {{$w0}, {$w1}}, [{$r0}];", [Float32] * 2, [addr])
+
+
+def _prefetch_l2(addr):
+    _ptx("prefetch.global.L2 [{$r0}];", [], [addr])
 
 
 def _fence_acq_rel_gpu():

@@ -68,10 +68,14 @@ def test_mode_can_be_forced(monkeypatch):
     assert _bundle.mode() == "jit"
 
 
-@pytest.mark.parametrize("batch_size,num_kv_heads,want", [(1, 8, 66), (1, 1, 128), (128, 8, 1),
-                                                          (8, 8, 9)])
-def test_num_splits_depends_on_shapes_only(batch_size, num_kv_heads, want):
-    assert cute.num_splits_for(batch_size, num_kv_heads, 132) == want
+@pytest.mark.parametrize("batch_size,num_kv_heads,group,want", [
+    (1, 8, 4, 66), (1, 1, 8, 128), (128, 8, 4, 1), (8, 8, 4, 9),
+    (32, 1, 8, 16),    # 17 wanted; 16 * 8 = FUSED_TAIL_ROWS lets the kernel merge itself
+    (8, 1, 8, 66)])    # 16 would be under half of 66: keep 66 and the merge kernel
+def test_num_splits_depends_on_shapes_only(batch_size, num_kv_heads, group, want):
+    got = cute.num_splits_for(batch_size, num_kv_heads, 132, group)
+    assert got == want
+    assert 1 <= got <= cute.MAX_SPLITS
 
 
 def test_auto_falls_back_from_cute_on_cpu(caplog):
