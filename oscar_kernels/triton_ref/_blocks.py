@@ -354,7 +354,8 @@ def _unrotate(o0, o1, o2, o3, rot_base, stride_rd, stride_rc, D: tl.constexpr,
     """``o' @ R^T`` from the quarters ``o0..o3 [M, PD]`` (fp32, rotated space) → ``[M, D]``.
 
     ``R [D, D]`` fp32 at ``rot_base`` (strides ``stride_rd``, ``stride_rc``); quarter ``i``
-    multiplies rows ``[i·PD, (i+1)·PD)`` of ``R^T``. TF32 on the GPU (11-bit operands, like the bf16/fp16 output it feeds;
+    multiplies rows ``[i·PD, (i+1)·PD)`` of ``R^T``. TF32 on the GPU (11-bit operands, like
+    the bf16/fp16 output it feeds;
     3xTF32 spilled registers at ``maxnreg=128``), IEEE in the interpreter.
     """
     k = tl.arange(0, PD)
@@ -375,21 +376,24 @@ def _unrotate(o0, o1, o2, o3, rot_base, stride_rd, stride_rc, D: tl.constexpr,
 
 @triton.jit
 def _rotate_quarter(q_rows, rmask, rot_base, stride_rd, stride_rc, I: tl.constexpr,
-                    D: tl.constexpr, PD: tl.constexpr):
+                    D: tl.constexpr, PD: tl.constexpr, PREC: tl.constexpr = "tf32x3"):
     """Quarter ``I`` of ``x @ R``: ``Σ_c x[:, c-th quarter] @ R[c-th quarter, I-th quarter]``.
 
     ``q_rows [M]`` pointers to the rows of ``x`` (any float dtype, upcast to fp32), ``R``
-    ``[D, D]`` fp32 at ``rot_base`` with strides ``(stride_rd, stride_rc)``. Four ``[M, D/4] x [D/4, D/4]`` dots in 3xTF32
-    (split-precision tensor-core products, about fp32 accuracy; the result is rounded to
-    fp16/TF32 for the attention dots anyway). An IEEE (FMA) dot here made ptxas fall back
-    to 32 registers and a 3.5 KB spill stack for the whole decode kernel (``ptxas -v`` on
-    the sm_90a PTX); 3xTF32 compiles without spills. In the interpreter it is IEEE.
+    ``[D, D]`` fp32 at ``rot_base`` with strides ``(stride_rd, stride_rc)``. Four
+    ``[M, D/4] x [D/4, D/4]`` dots in ``PREC``: 3xTF32 (split-precision tensor-core products,
+    about fp32 accuracy) by default; the decode kernel passes ``"tf32"`` (operands rounded
+    to 11 bits, as its INT2 dots round the result to fp16 anyway): with 3xTF32 the
+    prologue spilled (264 B stack at ``maxnreg=168``, 576 B at 128; TF32: none, CPU ptxas
+    sm_90a, 2026-11-29). An IEEE (FMA) dot here made ptxas fall back to 32 registers and
+    a 3.5 KB spill stack. In the interpreter every precision is IEEE.
     """
     j = tl.arange(0, PD)
     acc = tl.zeros([q_rows.shape[0], PD], tl.float32)
     for c in tl.static_range(4):
         x = tl.load(q_rows[:, None] + (c * PD + j)[None, :], mask=rmask[:, None],
                     other=0.0).to(tl.float32)
-        r = tl.load(rot_base + (c * PD + j)[:, None] * stride_rd + (I * PD + j)[None, :] * stride_rc)
-        acc += tl.dot(x, r, input_precision="tf32x3")
+        r = tl.load(rot_base + (c * PD + j)[:, None] * stride_rd
+                    + (I * PD + j)[None, :] * stride_rc)
+        acc += tl.dot(x, r, input_precision=PREC)
     return acc

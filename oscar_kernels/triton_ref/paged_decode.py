@@ -142,7 +142,8 @@ def default_decode_config(device: torch.device) -> DecodeConfig:
 def _unpack_mode(cfg: DecodeConfig, dot16: bool) -> int:
     """``UNPACK`` constexpr of ``_blocks``: 2 subnormal, 1 magic (PTX), 0 element-wise."""
     if cfg.unpack not in ("subnormal", "magic"):
-        raise ValueError(f"DecodeConfig.unpack: expected 'subnormal' or 'magic', got {cfg.unpack!r}")
+        raise ValueError(
+            f"DecodeConfig.unpack: expected 'subnormal' or 'magic', got {cfg.unpack!r}")
     if cfg.unpack == "subnormal" and (cfg.fast_unpack or not dot16):
         return 2
     return 1 if (dot16 and cfg.fast_unpack) else 0
@@ -196,10 +197,15 @@ def _paged_decode_split_kernel(
     qmask = rmask
     if QROT:
         rb = rot_k_ptr + h * stride_rh
-        q0 = _rotate_quarter(qrows, qmask, rb, stride_rd, stride_rc, 0, D, PD) * qk_scale     # [GP, PD]
-        q1 = _rotate_quarter(qrows, qmask, rb, stride_rd, stride_rc, 1, D, PD) * qk_scale
-        q2 = _rotate_quarter(qrows, qmask, rb, stride_rd, stride_rc, 2, D, PD) * qk_scale
-        q3 = _rotate_quarter(qrows, qmask, rb, stride_rd, stride_rc, 3, D, PD) * qk_scale
+        # TF32 rotation: see _rotate_quarter (3xTF32 spilled here)
+        q0 = _rotate_quarter(qrows, qmask, rb, stride_rd, stride_rc, 0, D, PD, "tf32")
+        q1 = _rotate_quarter(qrows, qmask, rb, stride_rd, stride_rc, 1, D, PD, "tf32")
+        q2 = _rotate_quarter(qrows, qmask, rb, stride_rd, stride_rc, 2, D, PD, "tf32")
+        q3 = _rotate_quarter(qrows, qmask, rb, stride_rd, stride_rc, 3, D, PD, "tf32")
+        q0 = q0 * qk_scale                                                   # [GP, PD]
+        q1 = q1 * qk_scale
+        q2 = q2 * qk_scale
+        q3 = q3 * qk_scale
     else:
         # q already rotated and scaled by the launcher (fp32)
         jq = tl.arange(0, PD)

@@ -26,7 +26,9 @@ program takes ``BLOCK_T`` tokens of one KV head, axis 2 picks K (0) or V (1). Pe
 
 Constraints: ``head_dim`` a power of two in [16, 256]; ``group_size`` a power of two
 dividing it. ``BLOCK_T = 16`` is the smallest row count ``tl.dot`` takes; the rotation
-``R`` is read once per 16 tokens (L2-resident across programs), 16 rows at a time.
+``R`` is read once per 16 tokens (L2-resident across programs), 16 rows at a time. Appends
+of at most ``SMALL_NNZ`` tokens (decode steps) run one token per program instead, the
+rotation as a broadcast product and sum (latency of one program, not throughput).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from ..reference.quant import clip_index
 from ._common import interpret_mode, page_strides
 
 BLOCK_T = 16
+SMALL_NNZ = 64    # at most this many new tokens: one token per program (see the launcher)
 
 
 @triton.jit
@@ -89,7 +92,9 @@ def _quantize_append_kernel(
         clip_idx = v_clip_idx
 
     # x' = x @ R as D/16 IEEE fp32 dots of [BLOCK_T, 16] x [16, D]: one [BLOCK_T, D] x [D, D]
-    # FMA dot made ptxas drop to 32 registers with a 9 KB spill stack (ptxas -v, sm_90a)
+    # FMA dot made ptxas drop to 32 registers with a 9 KB spill stack (ptxas -v, sm_90a).
+    # Below 16 rows (decode: one token per sequence) tl.dot cannot run; the same fp32
+    # products are summed by a broadcast multiply and a reduction over each 16-row chunk.
     KC: tl.constexpr = 16
     kc = tl.arange(0, KC)
     xrow = x_base + rows.to(tl.int64) * stride_xn + h * stride_xh                # [BLOCK_T]
@@ -98,7 +103,10 @@ def _quantize_append_kernel(
         x = tl.load(xrow[:, None] + (c * KC + kc)[None, :], mask=rmask[:, None],
                     other=0.0).to(tl.float32)                                    # [BLOCK_T, 16]
         rot = tl.load(r_base + h * stride_rh + (c * KC + kc)[:, None] * stride_rd + d[None, :])
-        xr += tl.dot(x, rot, input_precision="ieee")                             # [BLOCK_T, D]
+        if BLOCK_T >= 16:
+            xr += tl.dot(x, rot, input_precision="ieee")                         # [BLOCK_T, D]
+        else:
+            xr += tl.sum(x[:, :, None] * rot[None, :, :], axis=1)
 
     b = tl.load(bidx_ptr + rows, mask=rmask, other=0)
     p = tl.load(pos_ptr + rows, mask=rmask, other=0)
@@ -214,7 +222,10 @@ def quantize_append_paged_kv_cache_triton(cache, append_key: torch.Tensor,
     sc = page_strides(cache.k_codes, spec.kv_layout)
     sp = page_strides(cache.k_params, spec.kv_layout)
     sw = cache.k_window.stride()
-    grid = (triton.cdiv(nnz, BLOCK_T), h, 2)
+    # one token per program for small appends (a decode step: one token per sequence):
+    # 16x less rotation work on the critical path of each program than a 16-row tile
+    block_t = BLOCK_T if nnz > SMALL_NNZ else 1
+    grid = (triton.cdiv(nnz, block_t), h, 2)
     _quantize_append_kernel[grid](
         append_key, append_value, append_key.stride(0), append_key.stride(1),
         rot_k, rot_v, rot_k.stride(0), rot_k.stride(1),
@@ -227,9 +238,9 @@ def quantize_append_paged_kv_cache_triton(cache, append_key: torch.Tensor,
         PAGE_SIZE=spec.page_size, SINK=spec.sink_size, RECENT=spec.recent_size,
         D=d, G=spec.group_size, NG=spec.num_groups,
         FP16_PARAMS=spec.scale_dtype == torch.float16,
-        WRITE_PAGES=write_pages, WRITE_RECENT=write_recent, BLOCK_T=BLOCK_T,
-        RANK_BY_SORT=not interpret_mode(append_key.device), num_warps=8,
+        WRITE_PAGES=write_pages, WRITE_RECENT=write_recent, BLOCK_T=block_t,
+        RANK_BY_SORT=not interpret_mode(append_key.device), num_warps=8 if block_t > 1 else 4,
     )
 
 
-__all__ = ["quantize_append_paged_kv_cache_triton", "BLOCK_T"]
+__all__ = ["quantize_append_paged_kv_cache_triton", "BLOCK_T", "SMALL_NNZ"]

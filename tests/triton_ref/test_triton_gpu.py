@@ -71,7 +71,8 @@ def test_decode_gpu(d, h, gqa, ps, g, layout, sdt, lens):
     # launch variants the benchmark sweeps: element-wise unpack, capped registers, small blocks
     rkh, rvh = case["rot"].per_head(h)
     for cfg in (DecodeConfig(fast_unpack=False), DecodeConfig(maxnreg=None, num_stages=2),
-                DecodeConfig(unpack="magic"), DecodeConfig(unrotate_in_split=False, merge_elems=2048),
+                DecodeConfig(unpack="magic"),
+                DecodeConfig(unrotate_in_split=False, merge_elems=2048),
                 DecodeConfig(maxnreg=168, rotate_in_kernel=True),
                 DecodeConfig(block_n=64, target_programs=792, window_chunk=32),
                 DecodeConfig(rotate_in_kernel=False, target_programs=396)):
@@ -88,6 +89,7 @@ APPEND_CASES = [
     (128, 8, 16, None, "NHD", torch.float16, [1, 300, 4099, 17, 2000, 513, 64]),
     (64, 4, 64, 16, "HND", torch.float32, [300, 4099, 1]),
     (128, 2, 16, 32, "HND", torch.float16, [65536]),
+    (128, 8, 16, None, "NHD", torch.float16, [5, 17, 9, 30]),   # nnz <= 64: 1 token/program
 ]
 
 

@@ -70,15 +70,14 @@ def _append_both(spec, lens, gen, *, inject=False):
     return case, caches["triton"], caches["reference"]
 
 
-@pytest.mark.parametrize("d,h,ps,g,layout,sdt", [
-    (64, 2, 16, None, "NHD", torch.float16),
-    (64, 3, 1, 16, "HND", torch.float32),
-    (128, 1, 7, 32, "NHD", torch.float16),
+@pytest.mark.parametrize("d,h,ps,g,layout,sdt,lens", [
+    (64, 2, 16, None, "NHD", torch.float16, [3, 40, 29]),
+    (64, 3, 1, 16, "HND", torch.float32, [3, 40, 29]),
+    (128, 1, 7, 32, "NHD", torch.float16, [3, 20, 9]),   # nnz <= SMALL_NNZ: 1 token/program
 ])
-def test_append_matches_reference(d, h, ps, g, layout, sdt):
+def test_append_matches_reference(d, h, ps, g, layout, sdt, lens):
     gen = torch.Generator().manual_seed(11 + d + ps)
     spec = _spec(d, h, ps, g, layout, sdt)
-    lens = [3, 40, 29]
     case, tri, refc = _append_both(spec, lens, gen, inject=True)
     pages = used_pages(case)
     for name in ("k", "v"):
