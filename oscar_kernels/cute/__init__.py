@@ -72,13 +72,17 @@ def can_implement(op: str, *, device, spec, num_qo_heads: int, dtype) -> None:
 
 
 def num_splits_for(batch_size: int, num_kv_heads: int, num_sms: int, group: int = 1) -> int:
-    """CTAs per (sequence, KV head): enough to fill every SM ``CTAS_PER_SM`` times over,
-    rounded down to ``FUSED_TAIL_ROWS // group`` when that is at most 2x fewer (measured:
-    llama3-70b-tp8 batch 32 at 128K, 16 fused splits 0.187 ms vs 17 + merge kernel 0.216).
+    """CTAs per (sequence, KV head): as many as fit in one wave of ``CTAS_PER_SM`` CTAs per
+    SM (rounded down: a second, partly filled wave of long CTAs costs more than it brings;
+    measured qwen3-8b batch 8 at 32K: 8 splits 0.112 ms vs 9 splits 0.128 ms; llama3-70b-tp8
+    batch 128 at 128K: 4 splits 0.606 ms vs 5 splits 0.635 ms), then rounded down to
+    ``FUSED_TAIL_ROWS // group`` when that is at most 2x fewer, so that the kernel merges
+    the splits itself (llama3-70b-tp8 batch 32 at 128K: 16 splits 0.187 ms vs 17 splits +
+    merge kernel 0.216 ms).
 
     Depends on shapes only (never on sequence lengths), so decode stays graph-capturable.
     """
-    want = max(1, min(MAX_SPLITS, math.ceil(CTAS_PER_SM * num_sms / (batch_size * num_kv_heads))))
+    want = max(1, min(MAX_SPLITS, (CTAS_PER_SM * num_sms) // (batch_size * num_kv_heads)))
     # a little fewer splits when that lets the kernel merge them itself (one launch)
     fused = FUSED_TAIL_ROWS // group
     if want > fused and 2 * fused >= want:
