@@ -50,7 +50,8 @@ def parse_triton_configs(text: str):
     ``:sN`` (fixed split count), ``:slow`` (element-wise unpack instead of the PTX one),
     ``:norot`` / ``:rot`` (queries rotated by a torch GEMM before the launch / in the
     kernel; default: by batch, see ``DecodeConfig``), ``:magic`` (the 1024-offset PTX
-    unpack instead of the subnormal one), ``:meN`` / ``:mwN`` (merge tile elements / warps).
+    unpack instead of the subnormal one), ``:mergerot`` (R_V^T in the merge, not in the
+    split epilogue), ``:meN`` / ``:mwN`` (merge tile elements / warps).
     ``default`` alone is ``DecodeConfig()``.
     """
     from oscar_kernels.triton_ref.paged_decode import DecodeConfig
@@ -72,6 +73,8 @@ def parse_triton_configs(text: str):
                 kw["rotate_in_kernel"] = True
             elif o == "magic":
                 kw["unpack"] = "magic"
+            elif o == "mergerot":
+                kw["unrotate_in_split"] = False
             elif o[:2] == "me":
                 kw["merge_elems"] = int(o[2:])
             elif o[:2] == "mw":
