@@ -95,6 +95,8 @@ MAX_SPLITS = 128
 CHUNK = 16
 #: Rows of R_K each thread loads per round trip in the in-kernel query rotation.
 ROT_K = 16
+#: Columns of R_V each thread loads per round trip in the merge tail.
+RV_COLS = 64
 #: C ABI of the launcher: pointers (int64), then int32 arguments, one float, the stream.
 NUM_PTR_ARGS = 18
 NUM_INT_ARGS = 18
@@ -721,20 +723,20 @@ class Int2PagedDecodeSm90:
             _sts_f32(s_or + e * 4, o)
         cute.arch.sync_threads()
         # o[g, e] = sum_c o'[g, c] R_V[h, e, c]: thread e < d, R_V row e read contiguously
-        # (32 values per round trip), every head of the group per load
+        # (RV_COLS values per round trip), every head of the group per load
         if tidx < d:
             rrow = rv_ptr + (Int64(h) * Int64(rv_stride) + Int64(tidx) * d) * 4
             acc = cute.make_rmem_tensor((MAX_GROUP,), Float32)
             for gg in cutlass.range_constexpr(MAX_GROUP):
                 acc[gg] = Float32(0.0)
-            for c1 in cutlass.range(0, d, 32):
+            for c1 in cutlass.range(0, d, RV_COLS):
                 r = []
-                for c0 in cutlass.range_constexpr(0, 32, 4):
+                for c0 in cutlass.range_constexpr(0, RV_COLS, 4):
                     r.append(_ldg_v4f(rrow + (c1 + c0) * 4))
                 for gg in cutlass.range_constexpr(MAX_GROUP):
                     if gg < group:
                         a = acc[gg]
-                        for c0 in cutlass.range_constexpr(0, 32, 4):
+                        for c0 in cutlass.range_constexpr(0, RV_COLS, 4):
                             x0, x1, x2, x3 = _lds_v4f(s_or + (gg * d + c1 + c0) * 4)
                             r0, r1, r2, r3 = r[c0 // 4]
                             a = a + r0 * x0 + r1 * x1 + r2 * x2 + r3 * x3
