@@ -51,7 +51,8 @@ def parse_triton_configs(text: str):
     ``:norot`` / ``:rot`` (queries rotated by a torch GEMM before the launch / in the
     kernel; default: by batch, see ``DecodeConfig``), ``:magic`` (the 1024-offset PTX
     unpack instead of the subnormal one), ``:mergerot`` (R_V^T in the merge, not in the
-    split epilogue), ``:meN`` / ``:mwN`` (merge tile elements / warps).
+    split epilogue), ``:wsN`` (warp-split INT2 blocks), ``:meN`` / ``:mwN`` (merge tile
+    elements / warps).
     ``default`` alone is ``DecodeConfig()``.
     """
     from oscar_kernels.triton_ref.paged_decode import DecodeConfig
@@ -75,6 +76,8 @@ def parse_triton_configs(text: str):
                 kw["unpack"] = "magic"
             elif o == "mergerot":
                 kw["unrotate_in_split"] = False
+            elif o[:2] == "ws":
+                kw["warp_split"] = int(o[2:])
             elif o[:2] == "me":
                 kw["merge_elems"] = int(o[2:])
             elif o[:2] == "mw":
@@ -263,12 +266,21 @@ def main(argv=None) -> int:
                         def fn(cfg=cfg):
                             return paged_decode_attention_triton(case["q"], case["cache"], *tab,
                                                                  out=out, config=cfg)
-                        per_cfg[name] = time_cuda(fn, warmup=args.warmup, rep=args.rep)["median_ms"]
+                        try:   # a failing Triton config must not cost the row its other columns
+                            per_cfg[name] = time_cuda(fn, warmup=args.warmup,
+                                                      rep=args.rep)["median_ms"]
+                        except Exception as exc:  # noqa: BLE001
+                            row.setdefault("triton_errors", {})[name] = \
+                                f"{type(exc).__name__}: {str(exc)[:200]}"
+                            errors.append(f"triton {name}: {row['triton_errors'][name]}")
+                    if not per_cfg:
+                        per_cfg = {"none": float("nan")}
                     best = min(per_cfg, key=per_cfg.get)
                     row.update(triton_best_ms=per_cfg[best], triton_best_config=best)
                     if args.triton_report != "best":
                         best = args.triton_report
-                    row.update(triton_ms=per_cfg[best], triton_config=best, triton_sweep=per_cfg)
+                    row.update(triton_ms=per_cfg.get(best, float("nan")), triton_config=best,
+                               triton_sweep=per_cfg)
                     if args.profile:
                         cfg_best = dict(configs)[best]
                         try:
