@@ -23,6 +23,8 @@ CHUNK = 16
 NUM_WARPS = 4
 #: Resident CTAs per SM the split heuristic aims for (126 registers x 128 threads -> 4).
 CTAS_PER_SM = 4
+#: Least fill of the single wave the split heuristic accepts before adding a split.
+WAVE_FILL = 0.8
 MAX_SPLITS = 128
 #: The kernel's last CTA of a (sequence, KV head) merges the splits, un-rotates and stores o
 #: when ``num_splits * group <= FUSED_TAIL_ROWS`` (one launch in all); above it the merge
@@ -75,14 +77,21 @@ def num_splits_for(batch_size: int, num_kv_heads: int, num_sms: int, group: int 
     """CTAs per (sequence, KV head): as many as fit in one wave of ``CTAS_PER_SM`` CTAs per
     SM (rounded down: a second, partly filled wave of long CTAs costs more than it brings;
     measured qwen3-8b batch 8 at 32K: 8 splits 0.112 ms vs 9 splits 0.128 ms; llama3-70b-tp8
-    batch 128 at 128K: 4 splits 0.606 ms vs 5 splits 0.635 ms), then rounded down to
+    batch 128 at 128K: 4 splits 0.606 ms vs 5 splits 0.635 ms) unless that wave would be
+    less than ``WAVE_FILL`` full (qwen3-8b batch 50 at 100K: 400 CTAs on 528 slots, step
+    attention 63.0 ms vs 57.6 ms with 2 splits at the previous kernel), then rounded down to
     ``FUSED_TAIL_ROWS // group`` when that is at most 2x fewer, so that the kernel merges
     the splits itself (llama3-70b-tp8 batch 32 at 128K: 16 splits 0.187 ms vs 17 splits +
     merge kernel 0.216 ms).
 
     Depends on shapes only (never on sequence lengths), so decode stays graph-capturable.
     """
-    want = max(1, min(MAX_SPLITS, (CTAS_PER_SM * num_sms) // (batch_size * num_kv_heads)))
+    slots = CTAS_PER_SM * num_sms
+    rows = batch_size * num_kv_heads
+    want = slots // rows
+    if rows * want < WAVE_FILL * slots:   # one wave would stay too empty: one more split
+        want += 1
+    want = max(1, min(MAX_SPLITS, want))
     # a little fewer splits when that lets the kernel merge them itself (one launch)
     fused = FUSED_TAIL_ROWS // group
     if want > fused and 2 * fused >= want:
