@@ -10,18 +10,33 @@ rotated space, for every (sequence ``b``, KV head ``h``, query head ``g`` of its
     o'_g    = sum_t p_t s^v_t c^v_t + (sum_t p_t z^v_t) 1  (+ BF16 tokens: p_t v'_t)
 
 Kernels (one specialization per ``head_dim`` in {64, 128}; everything else is a runtime
-argument, so the ahead-of-time bundle holds 6 small libraries per head_dim):
+argument, so the ahead-of-time bundle holds 2 small libraries per head_dim):
 
-* :class:`RowTransformSm90` ``q' = q @ R_K`` (bf16 out), and after the merge
-  ``o = o' @ R_V^T`` (float32 out); 8- or 32-row tiles per CTA.
-* :class:`Int2PagedDecodeSm90` the attention, split over KV: grid
-  ``(num_splits, num_kv_heads, batch_size)``, 4 warps per CTA; warp ``w`` of split ``s`` owns
-  a contiguous range of 16-token INT2 chunks (one page lookup per chunk: ``page_size % 16
-  == 0``; a 32-entry block of page ids lives in registers, one per lane) plus every
-  ``4 * num_splits``-th BF16 window chunk. The 4 warps are combined through shared memory
-  at the end, so each CTA writes one normalized partial and its base-2 log-sum-exp.
-* :class:`Int2DecodeMergeSm90` merges the splits (graph-safe: ``num_splits`` depends on
-  shapes only, never on lengths; no host synchronization anywhere).
+* :class:`Int2PagedDecodeSm90` the whole decode in one launch, split over KV: grid
+  ``(num_splits, num_kv_heads, batch_size)``, 4 warps per CTA.
+
+  1. Prologue: L2 prefetch of ``R_K[h]`` (and of ``R_V[h]`` from split 0), page-table
+     block, the first 7 chunks of the cp.async ring, and while those are in flight the CTA
+     rotates its query rows itself: ``q' = q @ R_K[h]`` (q read in its own dtype through
+     its strides, fp32 FMA chains, 16 rows of ``R_K`` per round trip, bf16 result in
+     shared memory) -- no separate rotation launch, no ``q.float()`` copy.
+  2. Warp ``w`` of split ``s`` owns a contiguous range of 16-token INT2 chunks (one page
+     lookup per chunk: ``page_size % 16 == 0``; a 32-entry block of page ids lives in
+     registers, one per lane) plus every ``4 * num_splits``-th BF16 window chunk.
+  3. The 4 warps are combined through shared memory; each CTA writes one normalized
+     partial and its base-2 log-sum-exp.
+  4. When ``num_splits * group <= FUSED_TAIL_ROWS`` (128): an atomic ticket per
+     (sequence, KV head) (``fence.acq_rel.gpu`` + ``atom.add``); the CTA that draws the
+     last one merges the partials (read with ``ld.global.cg``), applies ``R_V[h]^T``,
+     stores ``o`` in q's dtype through the output strides (straight into ``out``) and
+     the natural-log lse, and resets the ticket to 0 (so CUDA-graph replays start clean).
+* :class:`Int2DecodeMergeSm90` for more partials than that (batch 1-16 with few KV
+  heads): merge + ``R_V^T`` + store, one CTA per (sequence, query head). One CTA cannot
+  pull 128 splits x 8 heads x 512 B of partials fast enough (measured llama3-70b-tp8
+  batch 1 at 8K: 47 us fused vs 37 us with this kernel).
+
+Graph safety: ``num_splits`` depends on shapes only, never on lengths; no host
+synchronization; the tickets are a persistent zeroed buffer per (device, stream).
 
 Data movement: each warp is its own producer: ``cp.async`` (LDGSTS) of whole chunks (K and
 V codes 2 x 16 x D/4 bytes, 2 x 16 scale/zero pairs) into a private 8-stage shared-memory
@@ -49,17 +64,37 @@ lane's scores exceed the running max.
 
 Why these roles and tiles (measured, perf/results/2026-11-29_h200_cute_*): there is no
 separate producer warp because the consumer is the bottleneck, not memory: the INT2 loop
-is about 300 SASS instructions per 16-token chunk (unpack ~90, HMMA 16, softmax/stats ~60,
-cp.async issue ~45) and the kernel reaches ~45 % of the measured HBM read ceiling at batch
->= 32 with 16 resident warps per SM (4 CTAs, launch bound at 128 registers). Steps on
-qwen3-8b batch 32 / 128K (fraction of the read ceiling): register loads, no ring, S = Q K^T
-with 8 padded rows, sub.bf16x2 unpack, 159 registers: 19 %; + cp.async ring and the
-lop3-only unpack: 34 %; + S^T = K Q^T, warp transpose of P, lazy rescale: 40 %; + in-CTA
-warp combine and 128-register launch bound: 42 %; + lazy max reduction: 46 %.
+is 379 SASS instructions per 16-token chunk and warp (about 62 of them in the lazy
+rescale branch, rarely taken; unpack ~95, HMMA 16, softmax/stats ~70, cp.async issue and
+ring addressing ~90, most of it values ptxas rematerializes from ``SR_TID``/constant bank
+under the 128-register cap) and the kernel reaches 44-48 % of the measured HBM read
+ceiling at batch >= 32 with 16 resident warps per SM (4 CTAs, launch bound at 128
+registers). Steps on qwen3-8b batch 32 / 128K (fraction of the read ceiling): register
+loads, no ring, S = Q K^T with 8 padded rows, sub.bf16x2 unpack, 159 registers: 19 %;
++ cp.async ring and the lop3-only unpack: 34 %; + S^T = K Q^T, warp transpose of P, lazy
+rescale: 40 %; + in-CTA warp combine and 128-register launch bound: 42 %; + lazy max
+reduction: 46 %; + one launch with in-kernel rotation and fused merge, one-wave split
+count: 48 % (1.159 ms, 3.33x FlashInfer BF16; 3c91185).
 
-Resource usage (cuobjdump, this bundle): decode D=128 128 registers, 0 spill, 36,864 B
-dynamic smem, 32 HMMA.16816.F32.BF16 + 24 LDGSTS in the SASS (no UTMALDG); decode D=64
-116 registers; merge 32; row transforms 48-96; no local memory anywhere.
+Fixed cost per call (the batch-1 regime), measured on the H200 with cold L2: 5801c73 ran
+5-6 launches (q.float(), rotate_q, decode, merge, rotate_o, copy): qwen3-8b batch 1 8K
+46 us, llama3-70b-tp8 batch 1 41-49 us at every context. c5239a1 (3 launches: rotate_q
+in q's dtype 17 us alone, decode 15 us, merge + R_V^T into ``out`` 9 us): 35 us and 32 us.
+3c91185 (this design: 1 launch, or 2 with the merge kernel): qwen3-8b 8K 34.5 us
+(bench_decode) / 30 us (bench breakdown), llama3-70b-tp8 8K 25.6 / 21.6 us, 128K 33.8 us
+(1.02x FlashInfer BF16). What is left at batch 1: ~8 dependent L2 round trips of the
+in-kernel rotation (a wider batch of ``R_K`` rows makes ptxas spill the main loop),
+the merge kernel's launch (~9 us alone) when it runs, the ring prologue latency.
+
+Tried and not kept (SASS counts, CPU only): query fragments in shared memory instead of
+16 registers (382 instructions: ptxas rematerializes anyway), per-lane issue constants
+hoisted out of the loop (378), 3 CTAs/SM at 168 registers (351 instructions; on the GPU
+4.4-4.8 vs 5.0-5.3 ms at qwen3-8b b128 128K but 1.22-1.27 vs 1.15 ms at b32: not kept).
+
+Resource usage (cuobjdump, this bundle): decode D=128 128 registers, 8 B stack (two
+spill stores outside the main loop; the INT2 and window loops have none), 43,008 B
+dynamic smem (ring 36,864 + q rows + q'), 32 HMMA.16816.F32.BF16 + 24 LDGSTS + 1 ATOM in
+the SASS (no UTMALDG); decode D=64 126 registers, no stack; merge 53 registers.
 
 Constraints (``oscar_kernels.cute.can_implement``): ``head_dim`` 64 or 128;
 ``group_size == head_dim``; fp16 scales; ``page_size % 16 == 0``; GQA ratio 1..8; NHD or
