@@ -51,8 +51,7 @@ def parse_triton_configs(text: str):
     ``:norot`` / ``:rot`` (queries rotated by a torch GEMM before the launch / in the
     kernel; default: by batch, see ``DecodeConfig``), ``:magic`` (the 1024-offset PTX
     unpack instead of the subnormal one), ``:mergerot`` (R_V^T in the merge, not in the
-    split epilogue), ``:wsN`` (warp-split INT2 blocks), ``:meN`` / ``:mwN`` (merge tile
-    elements / warps).
+    split epilogue), ``:meN`` / ``:mwN`` (merge tile elements / warps).
     ``default`` alone is ``DecodeConfig()``.
     """
     from oscar_kernels.triton_ref.paged_decode import DecodeConfig
@@ -76,8 +75,6 @@ def parse_triton_configs(text: str):
                 kw["unpack"] = "magic"
             elif o == "mergerot":
                 kw["unrotate_in_split"] = False
-            elif o[:2] == "ws":
-                kw["warp_split"] = int(o[2:])
             elif o[:2] == "me":
                 kw["merge_elems"] = int(o[2:])
             elif o[:2] == "mw":

@@ -318,72 +318,6 @@ def _int2_block(q0, q1, q2, q3, qs0, qs1, qs2, qs3,
 
 
 @triton.jit
-def _int2_block_ws(q0, q1, q2, q3, qsum, k_codes, v_codes, cbase, k_params, v_params, pbase,
-                   nmask, m_i, l_i, a0, a1, a2, a3, z0,
-                   PD: tl.constexpr, DOT16: tl.constexpr, UNPACK: tl.constexpr):
-    """``_int2_block`` with the token block split into ``WS`` independent sub-blocks, one
-    online softmax each (``NG == 1`` only): tensors carry a leading ``[WS]`` axis and the
-    dots are batched over it, so no reduction crosses sub-blocks inside the loop (Triton
-    puts the batch axis of a 3-D dot on the warps). The caller merges the ``WS`` states
-    once after the loop (``_ws_merge``).
-
-    ``q0..q3 [WS, M, PD]`` (broadcast query quarters), ``qsum [M]`` fp32 row sum;
-    ``cbase``/``pbase``/``nmask [WS, T]``; state ``m_i, l_i, z0 [WS, M]``,
-    ``a0..a3 [WS, M, PD]`` (the four quarters share one zero term: one group).
-    """
-    KSCALE: tl.constexpr = TWO_24 if UNPACK == 2 else 1.0
-    j = tl.arange(0, PD)
-    kraw = tl.load(k_codes + cbase[:, :, None] + j[None, None, :], mask=nmask[:, :, None],
-                   other=0)                                                 # [WS, T, PD]
-    ks = tl.load(k_params + pbase, mask=nmask, other=0.0).to(tl.float32) * KSCALE
-    kz = tl.load(k_params + pbase + 1, mask=nmask, other=0.0).to(tl.float32)
-    k0 = tl.permute(_codes_quarter(kraw, 0, DOT16, UNPACK), (0, 2, 1))      # [WS, PD, T]
-    k1 = tl.permute(_codes_quarter(kraw, 1, DOT16, UNPACK), (0, 2, 1))
-    k2 = tl.permute(_codes_quarter(kraw, 2, DOT16, UNPACK), (0, 2, 1))
-    k3 = tl.permute(_codes_quarter(kraw, 3, DOT16, UNPACK), (0, 2, 1))
-    d = _dot_acc(q3, k3, _dot_acc(q2, k2, _dot_acc(q1, k1, _dot(q0, k0, DOT16), DOT16),
-                                  DOT16), DOT16)                            # [WS, M, T]
-    s = ks[:, None, :] * d + kz[:, None, :] * qsum[None, :, None]
-    s = tl.where(nmask[:, None, :], s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, axis=2))
-    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-    alpha = tl.exp2(m_i - m_safe)
-    p = tl.exp2(s - m_safe[:, :, None])
-    l_i = l_i * alpha + tl.sum(p, axis=2)
-
-    vraw = tl.load(v_codes + cbase[:, :, None] + j[None, None, :], mask=nmask[:, :, None],
-                   other=0)
-    vs = tl.load(v_params + pbase, mask=nmask, other=0.0).to(tl.float32)
-    vz = tl.load(v_params + pbase + 1, mask=nmask, other=0.0).to(tl.float32)
-    v0 = _codes_quarter(vraw, 0, DOT16, UNPACK)                             # [WS, T, PD]
-    v1 = _codes_quarter(vraw, 1, DOT16, UNPACK)
-    v2 = _codes_quarter(vraw, 2, DOT16, UNPACK)
-    v3 = _codes_quarter(vraw, 3, DOT16, UNPACK)
-    pv = (p * vs[:, None, :]).to(v0.dtype)
-    a0 = _dot_acc(pv, v0, a0 * alpha[:, :, None], DOT16)
-    a1 = _dot_acc(pv, v1, a1 * alpha[:, :, None], DOT16)
-    a2 = _dot_acc(pv, v2, a2 * alpha[:, :, None], DOT16)
-    a3 = _dot_acc(pv, v3, a3 * alpha[:, :, None], DOT16)
-    z0 = z0 * alpha + tl.sum(p * vz[:, None, :], axis=2)
-    return m_new, l_i, a0, a1, a2, a3, z0
-
-
-@triton.jit
-def _ws_merge(m_w, l_w, a0, a1, a2, a3, z_w):
-    """Merge the ``[WS]`` leading axis of the warp-split states into one ``[M]`` state."""
-    m_i = tl.max(m_w, axis=0)
-    m_safe = tl.where(m_i == float("-inf"), 0.0, m_i)
-    w = tl.exp2(m_w - m_safe[None, :])                                      # [WS, M]
-    l_i = tl.sum(l_w * w, axis=0)
-    z = tl.sum(z_w * w, axis=0)
-    a0 = tl.sum(a0 * w[:, :, None], axis=0)
-    a1 = tl.sum(a1 * w[:, :, None], axis=0)
-    a2 = tl.sum(a2 * w[:, :, None], axis=0)
-    a3 = tl.sum(a3 * w[:, :, None], axis=0)
-    return m_i, l_i, a0, a1, a2, a3, z
-
-
-@triton.jit
 def _bf16_block(q0, q1, q2, q3, k_rows, v_rows, rbase, nmask, valid,
                 m_i, l_i, a0, a1, a2, a3,
                 PD: tl.constexpr, DOT16: tl.constexpr):
@@ -442,13 +376,13 @@ def _unrotate(o0, o1, o2, o3, rot_base, stride_rd, stride_rc, D: tl.constexpr,
 
 @triton.jit
 def _rotate_quarter(q_rows, rmask, rot_base, stride_rd, stride_rc, I: tl.constexpr,
-                    D: tl.constexpr, PD: tl.constexpr, PREC: tl.constexpr = "tf32x3"):
+                    D: tl.constexpr, PD: tl.constexpr, PREC: tl.constexpr):
     """Quarter ``I`` of ``x @ R``: ``Σ_c x[:, c-th quarter] @ R[c-th quarter, I-th quarter]``.
 
     ``q_rows [M]`` pointers to the rows of ``x`` (any float dtype, upcast to fp32), ``R``
     ``[D, D]`` fp32 at ``rot_base`` with strides ``(stride_rd, stride_rc)``. Four
-    ``[M, D/4] x [D/4, D/4]`` dots in ``PREC``: 3xTF32 (split-precision tensor-core products,
-    about fp32 accuracy) by default; the decode kernel passes ``"tf32"`` (operands rounded
+    ``[M, D/4] x [D/4, D/4]`` dots in ``PREC``: ``"tf32x3"`` (split-precision tensor-core
+    products, about fp32 accuracy; extend) or ``"tf32"`` (decode (operands rounded
     to 11 bits, as its INT2 dots round the result to fp16 anyway): with 3xTF32 the
     prologue spilled (264 B stack at ``maxnreg=168``, 576 B at 128; TF32: none, CPU ptxas
     sm_90a, 2026-11-29). An IEEE (FMA) dot here made ptxas fall back to 32 registers and

@@ -9,33 +9,37 @@ Two kernels:
 * ``_paged_decode_split_kernel``, grid ``(num_kv_heads, NWIN + num_splits, batch_size)``.
   One program owns one KV head of one sequence and *all* its ``GQA`` query heads (the
   query tile is ``[GP, D]``, ``GP = max(16, next_pow2(GQA))`` rows for ``tl.dot``), so
-  every K/V byte is read once. It rotates its query rows itself (``q @ R_K[h]``, four
-  quarter-column 3xTF32 dots, scaled by ``sm_scale · log2 e``). Splits ``0..NWIN-1``
+  every K/V byte is read once. At small batch it rotates its query rows itself
+  (``q @ R_K[h]``, four quarter-column TF32 dots, scaled by ``sm_scale · log2 e``); at
+  larger batch the launcher does it with one torch GEMM. Splits ``0..NWIN-1``
   read ``window_chunk`` rows each of the BF16 window slot (sink + ring, ``S + W`` rows,
   row validity from ``L``; at batch 1 one program for all 320 rows was the critical
   path: 83 µs at 8K context, bench1 of 2026-11-29); the other splits take
   equal ``BLOCK_N``-aligned slices of the INT2 range ``[S, L - W)``, reading
   ``[BLOCK_N, D/4]`` uint8 tiles through the page table (page id per token) and folding
   scale/zero in per token (see ``_blocks.py``). Each split writes its normalized partial
-  output ``[GQA, D]`` (rotated space) and base-2 lse. The KV head is the fastest grid
-  axis, so the programs of all heads of one token slice run together and share the
-  NHD cache lines of codes and params in L2.
-* ``_decode_merge_kernel``, grid ``(num_kv_heads, batch_size, D / BLOCK_DO)``: log-sum-exp
-  merge of the splits and the un-rotation ``o = o' @ R_V[h]^T`` (fp32) of ``BLOCK_DO``
-  output columns per program (each program re-merges the L2-resident partials, so a
-  batch-1 merge runs on ``H · D / BLOCK_DO`` programs instead of ``H``), written in
-  ``q``'s dtype into ``out``, plus the natural-log lse.
+  output ``[GQA, D]``, already un-rotated (``o' @ R_V[h]^T``, TF32, in the epilogue), and
+  its base-2 lse. The KV head is the fastest grid axis, so the programs of all heads of
+  one token slice run together and share the NHD cache lines of codes and params in L2.
+* ``_decode_merge_kernel``, grid ``(num_kv_heads, batch_size, D / BLOCK_DO)``: one-pass
+  (online) log-sum-exp merge of the splits over ``BLOCK_DO`` output columns per program,
+  written in ``q``'s dtype into ``out``, plus the natural-log lse. With
+  ``unrotate_in_split=False`` it un-rotates instead (each column program then re-merges
+  all ``D`` columns of the L2-resident partials).
 
 Nothing dequantized is written to global memory; partials are ``B·H·parts·GQA·D`` floats
 (``parts = NWIN + splits``). The launcher never reads device memory on the host (CUDA-graph
-safe): the split count comes from ``batch_size``, ``num_kv_heads`` and ``len(kv_indices)``.
+safe): the split count comes from ``batch_size``, ``num_kv_heads``, ``len(kv_indices)``
+and the SM count; rotations are read through both strides (no copies).
 
-Tiles (H200 sweeps in perf/results/2026-11-29_h200_bench_decode*.json, notes in
-perf/notes.md): ``BLOCK_N = 128`` tokens, 4 warps, 3 pipeline stages, registers capped at
-168 so three programs share an SM (64-token blocks, 8 warps and 256-token blocks were
-slower). The loop is instruction/latency bound (~4.7 SASS instructions per 2-bit code),
-not byte bound: 0.83 TB/s at batch 32, 64K (1.50 ms, 1.26x FlashInfer BF16), 0.40 TB/s at
-batch 1 (0.098 ms, 0.77x FlashInfer).
+Tiles (H200, notes and versions in perf/notes.md, raw sweeps in
+perf/results/2026-11-29_h200_*decode*.json and ..._triton_*): ``BLOCK_N = 128`` tokens,
+4 warps, 3 pipeline stages, registers capped at 128 so four programs share an SM
+(64-token blocks, 8 warps, 256-token blocks and a per-warp split of the block with its
+own softmax were slower). The loop is instruction/latency bound (~1040 SASS
+instructions per 128-token iteration and thread, ~4.1 per 2-bit code), not byte bound:
+1.04 TB/s at batch 32, 64K (1.198 ms, 1.62x FlashInfer BF16), 0.58 TB/s at batch 1
+(0.067 ms, 1.13x FlashInfer; perf/results/2026-11-29_h200_triton_final_29f6ef5.md).
 
 Constraints: ``head_dim`` in {64, 128, 256}; ``group_size`` in {D, D/2, D/4}; GQA ratio
 <= 16 (else :class:`~oscar_kernels.errors.UnsupportedConfigError` from ``can_implement``).
@@ -50,8 +54,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._blocks import (_bf16_block, _int2_block, _int2_block_ws, _int2_query, _int2_unscale,
-                      _rotate_quarter, _unrotate, _ws_merge)
+from ._blocks import (_bf16_block, _int2_block, _int2_query, _int2_unscale, _rotate_quarter,
+                      _unrotate)
 from ._common import interpret_mode, page_strides
 
 LOG2E = 1.4426950408889634
@@ -66,30 +70,28 @@ class DecodeConfig:
     pairs)`` INT2 splits per (sequence, KV head) pair; otherwise a wave model over
     ``slots = num_SMs · programs_per_SM`` (``programs_per_SM = 65536 registers /
     (maxnreg · 32 · num_warps)``, 4 at the default 128): at most ``small_pairs`` pairs
-    (latency bound, batch 1-2 at 8 heads) ``ceil(small_programs / pairs)``; at most
-    ``slots / 4`` pairs two waves, ``round(2 · slots / pairs)``; else one wave,
-    ``round(slots / pairs)``. Either way capped so that a split averages at least
-    ``min_split_tokens`` tokens. Measured on the H200 at 64K (qwen3-8b,
-    perf/results/2026-11-29_h200_triton_run1_214c6e9.json): batch 1 best at 50 splits
-    (33: +11 %, 66: +9 %, 132: +30 %), batch 8 at 17 (9: +17 %), batch 32 at 2 (3: +17 %).
+    (latency bound, batch 1-2 at 8 heads) one wave with the window programs,
+    ``(slots - pairs · NWIN) // pairs`` (61 at batch 1 on 132 SMs); at most ``slots / 4``
+    pairs two waves, ``round(2 · slots / pairs)``; else one wave, ``round(slots / pairs)``.
+    Either way capped so that a split averages at least ``min_split_tokens`` tokens.
+    Measured on the H200, qwen3-8b (perf/results/2026-11-29_h200_triton_*): at 64K batch 1
+    50 splits 0.0680 ms vs 61 0.0669 (128K: 0.1170 vs 0.1021; run1: 33 +11 %, 132 +30 %),
+    batch 8 17 splits vs 9: -17 %, batch 32 2 splits vs 3: -17 %.
 
     ``maxnreg`` caps registers per thread: 128 lets four 4-warp programs share an SM
     without spills since the subnormal unpack (168: three; uncapped ~243: two).
     ``fast_unpack`` selects a PTX unpack, ``unpack`` which one (``"subnormal"``: 0.625
     instructions per code, or ``"magic"``: 1.5; see ``_blocks.py``; the interpreter runs
     the subnormal algebra with fp32 codes). ``unrotate_in_split`` applies ``R_V^T`` to each
-    split's partial output in the split kernel (3xTF32), so the merge is a plain weighted
-    sum over ``merge_cols`` columns per program; else the merge un-rotates (fp32, every
-    column program re-merges all ``D`` columns). ``warp_split=WS > 1`` (one group per head
-    only) gives each of ``WS`` token sub-blocks of an INT2 block its own online softmax
-    (batched 3-D dots, ``_int2_block_ws``), merged once per program: no cross-warp
-    reductions or barriers per softmax step (SASS loop 1040 → 861 instructions, 20 → 13
-    barriers) at 4x the accumulator registers (``maxnreg >= 168``; 128 spills in the loop).
-    ``merge_elems`` / ``merge_warps`` size the
-    merge's per-step tile (``BLOCK_S · GQA · columns`` fp32). ``rotate_in_kernel=False``
-    rotates the queries with one torch GEMM before the launch; ``None``: in the kernel for
-    at most ``small_pairs`` pairs (0.098 vs 0.116 ms at batch 1, 64K), else the GEMM
-    (1.497 vs 1.523 ms at batch 32; 2026-11-29_h200_bench_decode.json).
+    split's partial output in the split kernel (TF32), so the merge is a plain weighted
+    sum over ``merge_cols`` columns per program (2.5 µs at batch 1, 64K, against 12 µs
+    un-rotating in the merge and 17 µs before the one-pass merge); else the merge
+    un-rotates (fp32, every column program re-merges all ``D`` columns). ``merge_elems`` /
+    ``merge_warps`` size the merge's per-step tile (``BLOCK_S · GQA · columns`` fp32).
+    ``rotate_in_kernel=False`` rotates the queries with one torch GEMM before the launch;
+    ``None``: in the kernel (TF32) for at most ``small_pairs`` pairs, else the GEMM (fp32;
+    at batch 8 and 32 it costs 9-18 µs of three torch kernels, 2026-11-29 final run; the
+    in-kernel TF32 rotation was not timed there).
     """
 
     block_n: int = 128
@@ -98,7 +100,6 @@ class DecodeConfig:
     num_stages: int = 3
     num_splits: int | None = None
     target_programs: int | None = None
-    small_programs: int = 396
     min_split_tokens: int = 256
     window_chunk: int = 64
     fast_unpack: bool = True
@@ -108,7 +109,6 @@ class DecodeConfig:
     merge_elems: int = 8192
     merge_warps: int = 4
     maxnreg: int | None = 128
-    warp_split: int = 1
     rotate_in_kernel: bool | None = None
     small_pairs: int = 16
 
@@ -156,7 +156,7 @@ def _unpack_mode(cfg: DecodeConfig, dot16: bool) -> int:
 
 
 def _num_splits(cfg: DecodeConfig, batch_size: int, num_kv_heads: int, token_bound: int,
-                slots: int) -> int:
+                slots: int, nwin: int) -> int:
     """INT2 splits per (sequence, KV head) pair; see ``DecodeConfig``."""
     if cfg.num_splits is not None:
         return max(1, cfg.num_splits)
@@ -164,7 +164,7 @@ def _num_splits(cfg: DecodeConfig, batch_size: int, num_kv_heads: int, token_bou
     if cfg.target_programs is not None:
         want = math.ceil(cfg.target_programs / pairs)
     elif pairs <= cfg.small_pairs:
-        want = math.ceil(cfg.small_programs / pairs)
+        want = max(1, (slots - pairs * nwin) // pairs)
     else:
         waves = 2 if 4 * pairs <= slots else 1
         want = max(1, round(waves * slots / pairs))
@@ -186,7 +186,6 @@ def _paged_decode_split_kernel(
     D: tl.constexpr, GQA: tl.constexpr, GP: tl.constexpr, NG: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, NWIN: tl.constexpr, WCHUNK: tl.constexpr,
     DOT16: tl.constexpr, UNPACK: tl.constexpr, QROT: tl.constexpr, UNROT: tl.constexpr,
-    WS: tl.constexpr,
 ):
     h = tl.program_id(0)
     sp = tl.program_id(1)
@@ -256,51 +255,18 @@ def _paged_decode_split_kernel(
         chunk = tl.cdiv(tl.cdiv(hi - lo, num_splits), BLOCK_N) * BLOCK_N
         start = lo + (sp - NWIN) * chunk
         end = tl.minimum(start + chunk, hi)
-        if WS == 1:
-            for n0 in range(start, end, BLOCK_N):
-                offs = n0 + tl.arange(0, BLOCK_N)
-                nmask = offs < end
-                page = tl.load(kv_indices + first + offs // PAGE_SIZE, mask=nmask,
-                               other=0).to(tl.int64)
-                slot = (offs % PAGE_SIZE).to(tl.int64)
-                cbase = page * sc_page + slot * sc_slot + h * sc_head
-                pbase = page * sp_page + slot * sp_slot + h * sp_head
-                valid = tl.broadcast_to(nmask[None, :], [GP, BLOCK_N])
-                m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3 = _int2_block(
-                    qc0, qc1, qc2, qc3, qs0, qs1, qs2, qs3,
-                    k_codes, v_codes, cbase, k_params, v_params, pbase, nmask, valid,
-                    m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3, PD, NG, DOT16, UNPACK)
-        else:
-            # warp split (NG == 1): WS sub-blocks of BT tokens, one softmax state each
-            BT: tl.constexpr = BLOCK_N // WS
-            qb0 = tl.broadcast_to(qc0[None, :, :], [WS, GP, PD])
-            qb1 = tl.broadcast_to(qc1[None, :, :], [WS, GP, PD])
-            qb2 = tl.broadcast_to(qc2[None, :, :], [WS, GP, PD])
-            qb3 = tl.broadcast_to(qc3[None, :, :], [WS, GP, PD])
-            qsum = qs0 + qs1 + qs2 + qs3
-            m_w = tl.full([WS, GP], float("-inf"), tl.float32)
-            l_w = tl.zeros([WS, GP], tl.float32)
-            z_w = tl.zeros([WS, GP], tl.float32)
-            b0 = tl.zeros([WS, GP, PD], tl.float32)
-            b1 = tl.zeros([WS, GP, PD], tl.float32)
-            b2 = tl.zeros([WS, GP, PD], tl.float32)
-            b3 = tl.zeros([WS, GP, PD], tl.float32)
-            wt = tl.arange(0, WS)[:, None] * BT + tl.arange(0, BT)[None, :]    # [WS, BT]
-            for n0 in range(start, end, BLOCK_N):
-                offs = n0 + wt
-                nmask = offs < end
-                page = tl.load(kv_indices + first + offs // PAGE_SIZE, mask=nmask,
-                               other=0).to(tl.int64)
-                slot = (offs % PAGE_SIZE).to(tl.int64)
-                cbase = page * sc_page + slot * sc_slot + h * sc_head
-                pbase = page * sp_page + slot * sp_slot + h * sp_head
-                m_w, l_w, b0, b1, b2, b3, z_w = _int2_block_ws(
-                    qb0, qb1, qb2, qb3, qsum, k_codes, v_codes, cbase, k_params, v_params,
-                    pbase, nmask, m_w, l_w, b0, b1, b2, b3, z_w, PD, DOT16, UNPACK)
-            m_i, l_i, a0, a1, a2, a3, z0 = _ws_merge(m_w, l_w, b0, b1, b2, b3, z_w)
-            z1 = z0
-            z2 = z0
-            z3 = z0
+        for n0 in range(start, end, BLOCK_N):
+            offs = n0 + tl.arange(0, BLOCK_N)
+            nmask = offs < end
+            page = tl.load(kv_indices + first + offs // PAGE_SIZE, mask=nmask, other=0).to(tl.int64)
+            slot = (offs % PAGE_SIZE).to(tl.int64)
+            cbase = page * sc_page + slot * sc_slot + h * sc_head
+            pbase = page * sp_page + slot * sp_slot + h * sp_head
+            valid = tl.broadcast_to(nmask[None, :], [GP, BLOCK_N])
+            m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3 = _int2_block(
+                qc0, qc1, qc2, qc3, qs0, qs1, qs2, qs3,
+                k_codes, v_codes, cbase, k_params, v_params, pbase, nmask, valid,
+                m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3, PD, NG, DOT16, UNPACK)
         a0, a1, a2, a3 = _int2_unscale(a0, a1, a2, a3, UNPACK)
 
     nonempty = l_i > 0
@@ -422,13 +388,13 @@ def paged_decode_attention_triton(q: torch.Tensor, cache, kv_indptr: torch.Tenso
     gqa = num_qo_heads // h
     cfg = (config or default_decode_config(q.device)).resolved(batch_size, h)
     slots = _num_sms(q.device) * cfg.programs_per_sm()
-    splits = _num_splits(cfg, batch_size, h, kv_indices.shape[0] * spec.page_size, slots)
     # window rows: several programs when few (sequence, head) pairs fill the GPU (batch 1:
     # the window was the critical path), one per pair otherwise
     wchunk = cfg.window_chunk
     if batch_size * h * 4 >= (cfg.target_programs or slots):
         wchunk = max(cfg.block_w, triton.cdiv(spec.window_size, cfg.block_w) * cfg.block_w)
     nwin = max(1, triton.cdiv(spec.window_size, wchunk))
+    splits = _num_splits(cfg, batch_size, h, kv_indices.shape[0] * spec.page_size, slots, nwin)
     parts = splits + nwin
     if q.stride(-1) != 1:
         q = q.contiguous()
@@ -459,7 +425,6 @@ def paged_decode_attention_triton(q: torch.Tensor, cache, kv_indptr: torch.Tenso
         D=d, GQA=gqa, GP=gp, NG=spec.num_groups, BLOCK_N=cfg.block_n, BLOCK_W=cfg.block_w,
         NWIN=nwin, WCHUNK=wchunk, DOT16=dot16, UNPACK=_unpack_mode(cfg, dot16),
         QROT=cfg.rotate_in_kernel, UNROT=cfg.unrotate_in_split,
-        WS=cfg.warp_split if spec.num_groups == 1 else 1,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **({"maxnreg": cfg.maxnreg} if cfg.maxnreg and not interpret_mode(q.device) else {}),
     )

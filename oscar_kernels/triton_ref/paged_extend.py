@@ -81,10 +81,10 @@ def _paged_extend_kernel(
         qrows = q_ptr + qrow * stride_qn + (h * GQA + r) * stride_qh          # [BLOCK_M]
         qmask = rvalid
         rb = rot_k_ptr + h * stride_rh
-        q0 = _rotate_quarter(qrows, qmask, rb, stride_rd, 1, 0, D, PD) * qk_scale
-        q1 = _rotate_quarter(qrows, qmask, rb, stride_rd, 1, 1, D, PD) * qk_scale
-        q2 = _rotate_quarter(qrows, qmask, rb, stride_rd, 1, 2, D, PD) * qk_scale
-        q3 = _rotate_quarter(qrows, qmask, rb, stride_rd, 1, 3, D, PD) * qk_scale
+        q0 = _rotate_quarter(qrows, qmask, rb, stride_rd, 1, 0, D, PD, "tf32x3") * qk_scale
+        q1 = _rotate_quarter(qrows, qmask, rb, stride_rd, 1, 1, D, PD, "tf32x3") * qk_scale
+        q2 = _rotate_quarter(qrows, qmask, rb, stride_rd, 1, 2, D, PD, "tf32x3") * qk_scale
+        q3 = _rotate_quarter(qrows, qmask, rb, stride_rd, 1, 3, D, PD, "tf32x3") * qk_scale
 
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)

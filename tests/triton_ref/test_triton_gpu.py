@@ -68,12 +68,12 @@ def test_decode_gpu(d, h, gqa, ps, g, layout, sdt, lens):
     err, err_bf = rel_err(o, o_ref), rel_err(o_bf.to(torch.bfloat16), o_ref)
     assert err <= 2 * err_bf + 1e-4, (err, err_bf)
     assert float((lse - lse_ref).abs().max()) < 1e-2
-    # launch variants the benchmark sweeps: unpack paths, merge un-rotating, warp split,
+    # launch variants the benchmark sweeps: unpack paths, merge un-rotating, 168 registers,
     # small blocks, torch query rotation
     rkh, rvh = case["rot"].per_head(h)
     for cfg in (DecodeConfig(fast_unpack=False), DecodeConfig(unpack="magic"),
                 DecodeConfig(unrotate_in_split=False, merge_elems=2048),
-                DecodeConfig(maxnreg=168, warp_split=4, rotate_in_kernel=True),
+                DecodeConfig(maxnreg=168, rotate_in_kernel=True),
                 DecodeConfig(block_n=64, target_programs=792, window_chunk=32),
                 DecodeConfig(rotate_in_kernel=False, target_programs=396)):
         out_v = torch.full_like(q, float("nan"))

@@ -139,10 +139,8 @@ def test_decode_matches_reference(d, h, gqa, ps, g, layout, sdt):
     rk, rv = case["rot"].per_head(h)
     o2, _ = paged_decode_attention_triton(q, case["cache"], *tab, rk, rv, d ** -0.5, config=cfg)
     assert rel_err(o2, o_ref) < 1e-5
-    # column-major rotations (no copy: the kernels take both strides), merge un-rotating,
-    # warp-split INT2 blocks (one group per head only; else the plain loop)
-    cfg = dataclasses.replace(default_decode_config(q.device), unrotate_in_split=False,
-                              warp_split=4)
+    # column-major rotations (no copy: the kernels take both strides), merge un-rotating
+    cfg = dataclasses.replace(default_decode_config(q.device), unrotate_in_split=False)
     rk_t, rv_t = (r.transpose(-1, -2).contiguous().transpose(-1, -2) for r in (rk, rv))
     assert rk_t.stride(-1) != 1
     o3, _ = paged_decode_attention_triton(q, case["cache"], *tab, rk_t, rv_t, d ** -0.5,
