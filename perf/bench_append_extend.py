@@ -199,13 +199,19 @@ def main(argv=None) -> int:
     for batch in (int(x) for x in args.batches.split(",")):
         rows.append(bench_append(batch, args.context, args))
         print(f"[row] {rows[-1]}", flush=True)
-    rows.append(bench_extend(args))
+    try:
+        rows.append(bench_extend(args))
+    except Exception as exc:  # noqa: BLE001 - keep the append rows that were measured
+        rows.append(dict(op="extend", batch=args.extend_batch, error=f"{type(exc).__name__}: "
+                         f"{str(exc)[:300]}"))
+        torch.cuda.empty_cache()
     print(f"[row] {rows[-1]}", flush=True)
     cols = [("op", "op", ""), ("batch", "B", ""), ("context", "ctx", ""), ("nnz", "new tokens", ""),
             ("triton_ms", "Triton ms", ".4f"), ("launches", "kernels/call", ".0f"),
             ("triton_tile16_ms", "Triton 16-token tile ms", ".4f"),
             ("bf16_index_copy_ms", "BF16 index_copy_ ms", ".4f"),
-            ("triton_TBps", "Triton TB/s", ".3f"), ("tflops", "extend TFLOP/s", ".1f")]
+            ("triton_TBps", "Triton TB/s", ".3f"), ("tflops", "extend TFLOP/s", ".1f"),
+            ("error", "error", "")]
     md = ("Append: one token per sequence (a decode step), median of CUDA-graph replays, cold "
           "L2. Extend: eager (host read of the chunk lengths), cold L2. Kernel names per call "
           "in the JSON.\n\n" + markdown_table(rows, cols))
