@@ -78,8 +78,8 @@ def num_splits_for(batch_size: int, num_kv_heads: int, num_sms: int, group: int 
     SM (rounded down: a second, partly filled wave of long CTAs costs more than it brings;
     measured qwen3-8b batch 8 at 32K: 8 splits 0.112 ms vs 9 splits 0.128 ms; llama3-70b-tp8
     batch 128 at 128K: 4 splits 0.606 ms vs 5 splits 0.635 ms) unless that wave would be
-    less than ``WAVE_FILL`` full (qwen3-8b batch 50 at 100K: 400 CTAs on 528 slots, step
-    attention 63.0 ms vs 57.6 ms with 2 splits at the previous kernel), then rounded down to
+    less than ``WAVE_FILL`` full (qwen3-8b batch 50 at 100K, 400 CTAs on 528 slots: 1 / 2 / 3
+    splits 1.73 / 1.50 / 1.42 ms per layer), then rounded down to
     ``FUSED_TAIL_ROWS // group`` when that is at most 2x fewer, so that the kernel merges
     the splits itself (llama3-70b-tp8 batch 32 at 128K: 16 splits 0.187 ms vs 17 splits +
     merge kernel 0.216 ms).
