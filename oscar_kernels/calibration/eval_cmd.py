@@ -67,6 +67,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     k.add_argument("--passkey-keys", type=int, default=2, metavar="N",
                    help="keys (trials) per (length, depth) cell (default 2: 20 trials with "
                         "the default lengths and depths)")
+    k.add_argument("--passkey-stride", type=int, default=1, metavar="N",
+                   help="run every N-th trial of the grid only (N = --passkey-keys: the "
+                        "first key of every cell, a subset of the full grid's prompts)")
     k.add_argument("--passkey-seed", type=int, default=0,
                    help="seed of the keys (default 0)")
     k.add_argument("--passkey-cache", choices=("emulated", "packed"), default="emulated",
@@ -115,6 +118,8 @@ def _check_args(args, max_positions: int | None) -> list[int]:
         expect(min(args.passkey_lengths) >= 128, "--passkey-lengths", "ints >= 128",
                args.passkey_lengths)
         expect(args.passkey_keys >= 1, "--passkey-keys", "a positive int", args.passkey_keys)
+        expect(args.passkey_stride >= 1, "--passkey-stride", "a positive int",
+               args.passkey_stride)
     return contexts
 
 
@@ -178,6 +183,7 @@ def run(args, *, model=None, tokenizer=None, model_path: str | None = None) -> i
         passkey = run_passkey(model, tokenizer, rows_m, lengths=args.passkey_lengths,
                               depths=args.passkey_depths, seed=args.passkey_seed,
                               keys_per_cell=args.passkey_keys,
+                              trial_stride=args.passkey_stride,
                               cache=args.passkey_cache, progress=not args.no_progress)
     rows = build_rows(rows_m, ppl, passkey, fp, contexts, args.tail_start)
     meta = _meta(args, model_path, name, fp, heldout_files, ids, windows, contexts, rotations,
@@ -206,6 +212,7 @@ def _meta(args, model_path, name, fp, heldout_files, ids, windows, contexts, rot
         "passkey_depths": None if args.no_passkey else args.passkey_depths,
         "passkey_seed": args.passkey_seed, "passkey_cache": args.passkey_cache,
         "passkey_keys_per_cell": None if args.no_passkey else args.passkey_keys,
+        "passkey_trial_stride": None if args.no_passkey else args.passkey_stride,
         "rotations": {k: v[1] for k, v in rotations.items()},
         "environment": env,
         "seconds_total": round(time.perf_counter() - t_start, 1),

@@ -346,9 +346,11 @@ def run_perplexity(model, methods: Sequence[Method], windows: Sequence[torch.Ten
 
 def run_passkey(model, tokenizer, methods: Sequence[Method], *, lengths: Sequence[int],
                 depths: Sequence[float], seed: int = 0, keys_per_cell: int = 1,
-                cache: str = "emulated", progress: bool = True) -> dict[str, dict]:
+                trial_stride: int = 1, cache: str = "emulated",
+                progress: bool = True) -> dict[str, dict]:
     """Passkey accuracy of every method over the same ``lengths x depths x keys_per_cell``
-    trials.
+    trials (every ``trial_stride``-th of them: with ``trial_stride == keys_per_cell``, the
+    first key of every cell, a subset of the full grid's prompts).
 
     ``cache="emulated"``: INT2 and KIVI methods decode with a ``DynamicCache`` and the
     teacher-forced rule; ``"packed"``: INT2 methods decode through the real
@@ -365,7 +367,10 @@ def run_passkey(model, tokenizer, methods: Sequence[Method], *, lengths: Sequenc
 
     expect(cache in ("emulated", "packed"), "passkey cache", "'emulated' or 'packed'", cache)
     fp = model_fingerprint(model.config)
-    trials = make_trials(tokenizer, lengths, depths, seed=seed, keys_per_cell=keys_per_cell)
+    expect(isinstance(trial_stride, int) and trial_stride >= 1, "trial_stride",
+           "a positive int", trial_stride)
+    trials = make_trials(tokenizer, lengths, depths, seed=seed,
+                         keys_per_cell=keys_per_cell)[::trial_stride]
     bar = _progress(len(trials) * len(methods), "passkey", progress)
     out = {}
     for m in methods:
@@ -545,6 +550,13 @@ def environment() -> dict:
             "loadavg_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
 
 
+def _stride_text(stride) -> str:
+    if isinstance(stride, (list, tuple)):
+        return (f"; parts ran every {'/'.join(map(str, stride))}-th trial of the grid, see "
+                "each row's trial count")
+    return f"; every {stride}-th trial of the grid" if (stride or 1) > 1 else ""
+
+
 def write_outputs(out_dir: str, rows: Sequence[dict], meta: dict, contexts: Sequence[int],
                   tail_start: int, notes: Sequence[str] = ()) -> tuple[str, str, str]:
     """Write ``results.md``, ``results.json``, ``results.png`` into ``out_dir``."""
@@ -564,7 +576,9 @@ def write_outputs(out_dir: str, rows: Sequence[dict], meta: dict, contexts: Sequ
              "the serving read rule. Passkey: lengths "
              f"{meta.get('passkey_lengths')}, depths {meta.get('passkey_depths')}, "
              f"{meta.get('passkey_keys_per_cell', 1)} key(s) per (length, depth) (seed "
-             f"{meta.get('passkey_seed', 0)}), greedy, {meta.get('passkey_cache')} cache; "
+             f"{meta.get('passkey_seed', 0)}"
+             + _stride_text(meta.get("passkey_trial_stride"))
+             + f"), greedy, {meta.get('passkey_cache')} cache; "
              "accuracy with a Wilson 95% interval; lost/won = trials bf16 gets right and the "
              "method misses / the reverse, on the same prompts (exact McNemar p).", "",
              table, ""]

@@ -6,9 +6,11 @@ Usage (from the repository root)::
     PYTHONPATH=. python results/eval/merge_parts.py OUT_DIR PART_DIR [PART_DIR ...]
 
 Every part must have the same model, held-out windows, contexts, cache geometry and
-passkey grid (meta fields compared below); a row measured in several parts (``bf16`` is
-in every part, it is the KL/top-1 and passkey reference) must be identical in all of them
-(the pipeline is deterministic), else the merge fails. Rows keep the order of the parts.
+passkey grid (meta fields compared below); a row measured in several parts must be
+identical in all of them (the pipeline is deterministic), else the merge fails. KL and
+top-1 are measured against the bf16 logits inside every part; the columns relative to
+the ``bf16`` row (Δ tail perplexity, passkey lost/won) are recomputed from the merged
+``bf16`` row, so one part may omit it. Rows keep the order of the parts.
 Writes ``results.md``, ``results.json`` and ``results.png`` to ``OUT_DIR`` with every
 part's command in the header.
 """
@@ -24,11 +26,41 @@ from oscar_kernels.calibration.evaluate import write_outputs
 SAME = ("model", "heldout", "heldout_tokens", "windows", "ctx", "contexts", "tail_start",
         "sink_size", "recent_size", "group_size", "passkey_lengths", "passkey_depths",
         "passkey_seed", "passkey_cache", "passkey_keys_per_cell")
+# may differ between parts: a part with --passkey-stride runs a subset of the same prompts
+# (the table shows each row's own trial count)
 VOLATILE = ("seconds", "passkey_seconds")
 
 
 def _stable(row: dict) -> dict:
     return {k: v for k, v in row.items() if k not in VOLATILE}
+
+
+def _relative_to_bf16(rows: list[dict], meta: dict) -> None:
+    """(Re)compute the columns relative to the ``bf16`` row for every row, so a part
+    without its own ``bf16`` row gets them too (KL and top-1 are always measured against
+    the bf16 logits of the same windows, in every part)."""
+    from oscar_kernels.calibration.passkey import paired_comparison
+
+    base = next((r for r in rows if r["kind"] == "bf16"), None)
+    if base is None:
+        raise SystemExit("no part has a bf16 row")
+    key = f"tail_ppl@{meta['ctx']}"
+    for r in rows:
+        if r is base:
+            continue
+        if key in r and key in base:
+            r[f"{key}_vs_bf16_pct"] = 100.0 * (r[key] / base[key] - 1.0)
+        if r.get("passkey_trials") and base.get("passkey_trials"):
+            # pair by prompt: a part run with --passkey-stride holds a subset of the grid
+            ref = {(t["length"], t["depth"], t["key"]): t["correct"]
+                   for t in base["passkey_trials"]}
+            mine = [t for t in r["passkey_trials"]
+                    if (t["length"], t["depth"], t["key"]) in ref]
+            if len(mine) != len(r["passkey_trials"]):
+                raise SystemExit(f"{r['label']}: passkey prompts the bf16 row did not run")
+            r["passkey_vs_bf16"] = paired_comparison(
+                [t["correct"] for t in mine],
+                [ref[(t["length"], t["depth"], t["key"])] for t in mine])
 
 
 def merge(parts: list[str]) -> tuple[list[dict], dict, list[str]]:
@@ -50,7 +82,10 @@ def merge(parts: list[str]) -> tuple[list[dict], dict, list[str]]:
             seen[r["label"]] = r
             rows.append(r)
         notes += [n for n in data.get("notes", []) if n not in notes]
+    _relative_to_bf16(rows, metas[0])
     meta = dict(metas[0])
+    strides = sorted({m.get("passkey_trial_stride") or 1 for m in metas})
+    meta["passkey_trial_stride"] = strides[0] if len(strides) == 1 else strides
     meta["command"] = " ; ".join(m["command"] for m in metas)
     meta["parts"] = [{"dir": d, "command": m["command"], "date": m["date"],
                       "seconds_total": m["seconds_total"],
