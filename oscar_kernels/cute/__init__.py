@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import threading
 
-from ..errors import BackendUnavailableError, UnsupportedConfigError
+from ..errors import BackendUnavailableError, UnsupportedConfigError, expect
 from . import _bundle
 
 #: Largest GQA ratio (query heads per KV head): the QK MMA has 16 rows, 8 used.
@@ -140,6 +140,8 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
     if num_splits is None:
         num_splits = num_splits_for(batch_size, h, torch.cuda.get_device_properties(dev)
                                     .multi_processor_count, group)
+    expect(isinstance(num_splits, int) and 1 <= num_splits <= MAX_SPLITS, "num_splits",
+           f"an int in [1, {MAX_SPLITS}]", num_splits)
     o_part = torch.empty(batch_size, num_qo_heads, num_splits, d, dtype=torch.float32, device=dev)
     lse_part = torch.empty(batch_size, num_qo_heads, num_splits, dtype=torch.float32, device=dev)
     lse = torch.empty(batch_size, num_qo_heads, dtype=torch.float32, device=dev)

@@ -107,3 +107,17 @@ def test_unsupported_configs_are_typed(kw, num_qo_heads, match):
     cfg["num_qo_heads"] = num_qo_heads
     with pytest.raises(UnsupportedConfigError, match=match):
         cute.can_implement("decode", **cfg)
+
+
+@pytest.mark.parametrize("num_splits", [0, cute.MAX_SPLITS + 1, 2.0])
+def test_explicit_num_splits_out_of_range_is_a_typed_error(num_splits):
+    from oscar_kernels import Int2PagedKVCache
+
+    spec = CacheSpec(num_kv_heads=1, head_dim=128, page_size=16)
+    cache = Int2PagedKVCache.allocate(spec, 4, 1, device="cpu")
+    q = torch.randn(1, 8, 128).to(torch.bfloat16)
+    table = [torch.tensor([0, 1], dtype=torch.int32), torch.tensor([0], dtype=torch.int32),
+             torch.tensor([5], dtype=torch.int32), torch.tensor([0], dtype=torch.int32)]
+    rot = torch.eye(128)[None]
+    with pytest.raises(ValueError, match="num_splits: expected an int in"):
+        cute.decode_steps(q, cache, *table, rot, rot, 0.1, num_splits=num_splits)
