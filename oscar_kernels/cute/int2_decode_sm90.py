@@ -163,11 +163,6 @@ def _ldg_b32(addr):
     return _ptx("ld.global.nc.L1::no_allocate.b32 {$w0}, [{$r0}];", [Int32], [addr])
 
 
-def _ldg_b16(addr):
-    return _ptx("{ .reg .b16 t; ld.global.nc.L1::no_allocate.b16 t, [{$r0}]; cvt.u32.u16 {$w0}, t; }",
-                [Int32], [addr])
-
-
 def _ldg_v2(addr):
     return _ptx("ld.global.nc.L1::no_allocate.v2.b32 {{$w0}, {$w1}}, [{$r0}];", [Int32, Int32],
                 [addr])
@@ -193,13 +188,6 @@ def _prmt(a, b, sel: int):
 def _prmt_r(a, b, sel):
     """prmt with a register selector."""
     return _ptx("prmt.b32 {$w0}, {$r0}, {$r1}, {$r2};", [Int32], [a, b, sel])
-
-
-def _unpack2(word, shift: int):
-    """bf16x2 of the 2-bit fields at bits ``shift`` and ``shift + 16`` of ``word`` (exact)."""
-    return _ptx("{ .reg .b32 t, c; mov.b32 c, 0x43004300; "
-                f"shr.b32 t, {{$r0}}, {shift}; lop3.b32 t, t, 0x00030003, c, 0xEA; "
-                "sub.rn.bf16x2 {$w0}, t, c; }", [Int32], [word])
 
 
 def _f16x2_to_f32(word):
