@@ -6,9 +6,10 @@ Two steps, each with progress bars:
    calibration tokens (*Hamlet*, *Othello*, *King Lear*): one pass of statistics gives
    every artifact (identity, hadamard, kv-cov, oscar, ...) with per-layer searched clips;
 2. ``oscar-kv eval`` on held-out text (*Macbeth*, *The Tempest*): ``bf16``, ``naive``,
-   ``hadamard``, ``kivi``, ``oscar`` and ``auto`` (calibrate's shipped recipe, also
-   written to ``<out>/rot.safetensors``), the INT2 ones under the fixed and the searched
-   clip policy; prints the table and writes ``results.md/.json/.png`` to ``--out-dir``.
+   ``hadamard``, ``kivi``, ``oscar`` and ``kv-cov`` (calibrate's shipped recipe: per-head
+   KᵀK / VᵀV eigenbases, also written to ``<out>/rot.safetensors``), the INT2 ones under
+   the fixed and the searched clip policy; prints the table and writes
+   ``results.md/.json/.png`` to ``--out-dir``.
 
 Defaults are sized for a 2-core CPU (see docs/evaluation.md for the measured time); raise
 ``--tokens``, ``--windows`` and the passkey grid for tighter numbers.
@@ -34,9 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokens", type=int, default=12288,
                         help="calibration tokens (default 12288)")
     parser.add_argument("--methods", nargs="+",
-                        default=["bf16", "naive", "hadamard", "kivi", "oscar", "auto"],
-                        help="rows (default: bf16 naive hadamard kivi oscar auto; 'auto' is "
-                             "calibrate's shipped per-layer recipe; kv-cov is also calibrated)")
+                        default=["bf16", "naive", "hadamard", "kivi", "oscar", "kv-cov"],
+                        help="rows (default: bf16 naive hadamard kivi oscar kv-cov; 'kv-cov' "
+                             "is calibrate's shipped recipe; 'auto' is also calibrated)")
     parser.add_argument("--windows", type=int, default=2,
                         help="held-out windows of 2048 tokens (default 2)")
     parser.add_argument("--passkey-lengths", type=int, nargs="+", default=[1024, 1536],

@@ -48,7 +48,7 @@ def test_calibrate_cli_writes_artifacts_and_report(tiny_dir, tmp_path, capsys):
                     "--report-variants", "all"))
     assert rc == 0
     art = RotationArtifact.load(out)
-    assert art.method == "auto" and art.per_head
+    assert art.method == "kv-cov" and art.per_head       # the shipped default recipe
     assert art.provenance["clip_policy"] == "search"
     assert art.provenance["calibration_tokens"] == 1500
     assert art.provenance["clip_search_cache"] == {"group_size": 16, "sink_size": 8,
@@ -130,5 +130,5 @@ def test_smollm2_calibration_small(tmp_path):
     rep = json.loads((tmp_path / "rot.report.json").read_text())["mean_error"]
     assert rep["oscar/head"]["search"] < rep["identity"]["none"]
     assert rep["oscar/head"]["search"] < rep["hadamard"]["none"]
-    assert art.method == "auto"
+    assert art.method == "kv-cov" and art.per_head
     assert rep["auto"]["search"] <= 1.05 * min(rep[n]["search"] for n in rep if n != "auto")
