@@ -28,7 +28,7 @@ low-precision dots are unreliable) every dot is IEEE fp32.
   The powers of two are folded into the algebra: the query quarter ``i`` is pre-scaled by
   ``4^-i`` (``_int2_query``), the key scale by ``2^24`` (``KSCALE``), and the caller
   multiplies the value accumulator of quarter ``i`` by ``2^24 / 4^i`` once after the
-  INT2 loop (``int2_unscale``). On the CPU the same algebra runs with fp32 codes
+  INT2 loop (``_int2_unscale``). On the CPU the same algebra runs with fp32 codes
   ``c · 4^i · 2^-24``, so the interpreter tests check the folding.
 """
 
@@ -354,9 +354,9 @@ def _unrotate(o0, o1, o2, o3, rot_base, stride_rd, stride_rc, D: tl.constexpr,
     """``o' @ R^T`` from the quarters ``o0..o3 [M, PD]`` (fp32, rotated space) → ``[M, D]``.
 
     ``R [D, D]`` fp32 at ``rot_base`` (strides ``stride_rd``, ``stride_rc``); quarter ``i``
-    multiplies rows ``[i·PD, (i+1)·PD)`` of ``R^T``. TF32 on the GPU (11-bit operands, like
-    the bf16/fp16 output it feeds;
-    3xTF32 spilled registers at ``maxnreg=128``), IEEE in the interpreter.
+    multiplies rows ``[i·PD, (i+1)·PD)`` of ``R^T``. TF32 on the GPU (11-bit operands, finer
+    than the bf16 output it feeds; 3xTF32 spilled registers at ``maxnreg=128``), IEEE in
+    the interpreter.
     """
     k = tl.arange(0, PD)
     c = tl.arange(0, D)
@@ -382,9 +382,9 @@ def _rotate_quarter(q_rows, rmask, rot_base, stride_rd, stride_rc, I: tl.constex
     ``q_rows [M]`` pointers to the rows of ``x`` (any float dtype, upcast to fp32), ``R``
     ``[D, D]`` fp32 at ``rot_base`` with strides ``(stride_rd, stride_rc)``. Four
     ``[M, D/4] x [D/4, D/4]`` dots in ``PREC``: ``"tf32x3"`` (split-precision tensor-core
-    products, about fp32 accuracy; extend) or ``"tf32"`` (decode (operands rounded
-    to 11 bits, as its INT2 dots round the result to fp16 anyway): with 3xTF32 the
-    prologue spilled (264 B stack at ``maxnreg=168``, 576 B at 128; TF32: none, CPU ptxas
+    products, about fp32 accuracy; extend) or ``"tf32"`` (decode: operands rounded to 11
+    bits, as its INT2 dots round the result to fp16 anyway; with 3xTF32 the prologue
+    spilled 264 B at ``maxnreg=168`` and 576 B at 128, with TF32 nothing; CPU ptxas,
     sm_90a, 2026-11-29). An IEEE (FMA) dot here made ptxas fall back to 32 registers and
     a 3.5 KB spill stack. In the interpreter every precision is IEEE.
     """
