@@ -29,6 +29,22 @@ from .stats import HeldoutSequence
 CLIP_GRID = tuple(round(0.80 + 0.02 * i, 2) for i in range(11))
 
 
+def clip_grid(lowest: float, step: float = 0.02) -> tuple[float, ...]:
+    """Search grid ``lowest, lowest + step, ..., 1.00`` (``(1.0,)`` when ``lowest == 1``).
+
+    Raises
+    ------
+    ValueError
+        ``lowest`` outside ``(0, 1]`` or ``step`` not positive.
+    """
+    expect(isinstance(lowest, (int, float)) and 0.0 < float(lowest) <= 1.0, "lowest",
+           "a ratio in (0, 1]", lowest)
+    expect(isinstance(step, (int, float)) and step > 0, "step", "a positive float", step)
+    n = int(round((1.0 - float(lowest)) / step + 1e-9))
+    pts = {round(1.0 - step * i, 4) for i in range(n + 1)} | {round(float(lowest), 4)}
+    return tuple(sorted(p for p in pts if float(lowest) - 1e-9 <= p <= 1.0))
+
+
 @dataclass(frozen=True)
 class QuantRule:
     """Group size and window sizes of the simulated cache (docs/format.md)."""
@@ -241,10 +257,12 @@ class LayerEvaluator:
         return k_best, v_best
 
     def search_clip_with_errors(self, rot_k: torch.Tensor, rot_v: torch.Tensor,
-                                grid: Sequence[float] = CLIP_GRID
+                                grid: Sequence[float] = CLIP_GRID,
+                                v_grid: Sequence[float] | None = None
                                 ) -> tuple[float, float, float, float]:
         """:meth:`search_clip` plus the minimized errors: ``(k_clip, v_clip, k_error,
-        v_error)``; ``k_error`` is with V un-quantized, ``v_error`` with both quantized."""
+        v_error)``; ``k_error`` is with V un-quantized, ``v_error`` with both quantized.
+        ``grid`` is searched for K, ``v_grid`` (default ``grid``) for V."""
         k_err: dict[float, float] = {}
 
         def fk(c):
@@ -252,7 +270,7 @@ class LayerEvaluator:
             return k_err[c]
 
         k_best = _grid_min(fk, grid)
-        v_err = self._v_search_errors(rot_k, rot_v, k_best, grid)
+        v_err = self._v_search_errors(rot_k, rot_v, k_best, grid if v_grid is None else v_grid)
         v_best = min(v_err, key=lambda c: (v_err[c], -c))
         return k_best, v_best, k_err[k_best], v_err[v_best]
 

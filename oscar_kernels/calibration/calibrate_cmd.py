@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 DEFAULT_METHOD = "kv-cov"
 DEFAULT_PER_HEAD = True
 DEFAULT_CLIP = "search"
+#: Lowest ratio the per-layer clip search may pick, for keys and for values.
+DEFAULT_K_CLIP_MIN = 0.80
+DEFAULT_V_CLIP_MIN = 0.80
 ALL_METHODS = ("identity", "hadamard", "kv-cov", "oscar", "oscar-proxy", "auto")
 
 
@@ -70,6 +73,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     r.add_argument("--clip", choices=("fixed", "search"), default=DEFAULT_CLIP,
                    help="clip ratios: published fixed (K 0.96, V 0.92) or per-layer search "
                         f"over {CLIP_GRID[0]:.2f}..{CLIP_GRID[-1]:.2f} (default {DEFAULT_CLIP})")
+    r.add_argument("--k-clip-min", type=float, default=DEFAULT_K_CLIP_MIN, metavar="R",
+                   help="lowest key clip ratio --clip search may pick (grid R, R+0.02, ..., "
+                        f"1.00; 1.0 = keys unclipped; default {DEFAULT_K_CLIP_MIN:.2f})")
+    r.add_argument("--v-clip-min", type=float, default=DEFAULT_V_CLIP_MIN, metavar="R",
+                   help="lowest value clip ratio --clip search may pick (default "
+                        f"{DEFAULT_V_CLIP_MIN:.2f})")
     q = parser.add_argument_group("simulated cache and measurement")
     q.add_argument("--group-size", type=int, default=None,
                    help="quantization group size (default head_dim)")
@@ -103,6 +112,9 @@ def _check_args(args) -> None:
                getattr(args, name))
     expect(args.sink_size >= 0 and args.recent_size >= 0, "--sink-size/--recent-size",
            "non-negative ints", (args.sink_size, args.recent_size))
+    for name in ("k_clip_min", "v_clip_min"):
+        v = getattr(args, name)
+        expect(0.5 <= v <= 1.0, f"--{name.replace('_', '-')}", "a ratio in [0.5, 1.0]", v)
 
 
 def _peak_rss_mib() -> float:
@@ -113,7 +125,7 @@ def _peak_rss_mib() -> float:
 def run(args) -> int:
     import torch
 
-    from .attn_error import QuantRule
+    from .attn_error import QuantRule, clip_grid
     from .capture import check_supported
     from .data import calibration_and_heldout_ids, default_model_path, load_model
     from .pipeline import (Timer, Variant, collect_heldout, collect_statistics,
@@ -164,6 +176,7 @@ def run(args) -> int:
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "clip_search_cache": {"group_size": args.group_size or geo.head_dim,
                               "sink_size": args.sink_size, "recent_size": args.recent_size},
+        "clip_search_min": {"k": args.k_clip_min, "v": args.v_clip_min},
     }
     variants = default_variants(geo.num_kv_heads, per_head=args.per_head,
                                 which=args.report_variants)
@@ -181,8 +194,9 @@ def run(args) -> int:
     timer.lap("fit")
     rule = QuantRule(args.group_size, args.sink_size, args.recent_size)
     candidates = [v.name for v in variants if v.method != "identity"]
-    results = evaluate_all(artifacts, search_buf, eval_buf, rule, progress=progress,
-                           auto_candidates=candidates)
+    results = evaluate_all(artifacts, search_buf, eval_buf, rule,
+                           grid=clip_grid(args.k_clip_min), v_grid=clip_grid(args.v_clip_min),
+                           progress=progress, auto_candidates=candidates)
     timer.lap("clip_search_and_report")
 
     def finalize(name: str):
@@ -218,7 +232,8 @@ def run(args) -> int:
                  "min_query_position": args.min_query_position},
         "cache": {"group_size": args.group_size or geo.head_dim, "sink_size": args.sink_size,
                   "recent_size": args.recent_size, "scale_dtype": "float16"},
-        "shipped": {"variant": shipped, "clip": args.clip},
+        "shipped": {"variant": shipped, "clip": args.clip,
+                    "clip_min": {"k": args.k_clip_min, "v": args.v_clip_min}},
         "artifacts": written,
         "seconds": timer.phases, "peak_rss_mib": _peak_rss_mib(),
         "torch_threads": torch.get_num_threads(),

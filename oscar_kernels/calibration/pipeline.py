@@ -177,11 +177,13 @@ def _heads(r: torch.Tensor, n: int) -> torch.Tensor:
 def evaluate_all(artifacts: dict[str, RotationArtifact],
                  search_buffers: list[list[HeldoutSequence]],
                  eval_buffers: list[list[HeldoutSequence]], rule: QuantRule, *,
-                 grid: Sequence[float] = CLIP_GRID, progress: bool = True,
+                 grid: Sequence[float] = CLIP_GRID, v_grid: Sequence[float] | None = None,
+                 progress: bool = True,
                  auto_candidates: Sequence[str] = ()) -> dict[str, list[LayerResult]]:
     """For every artifact and layer: search clips on ``search_buffers`` and measure the
     error on ``eval_buffers`` under the ``none`` (1.0/1.0), ``fixed`` (0.96/0.92) and
-    ``search`` policies.
+    ``search`` policies (K ratios from ``grid``, V ratios from ``v_grid``, default
+    ``grid``).
 
     With ``auto_candidates`` (names of artifacts), also builds the ``"auto"`` artifact
     (added to ``artifacts``): per layer, ``R_K`` of the candidate whose searched-clip key
@@ -203,7 +205,7 @@ def evaluate_all(artifacts: dict[str, RotationArtifact],
         judge = LayerEvaluator(eval_buffers[i], rule)
         for name in names:
             lr = artifacts[name].layer(i)
-            kc, vc, ke, ve = searcher.search_clip_with_errors(lr.rot_k, lr.rot_v, grid)
+            kc, vc, ke, ve = searcher.search_clip_with_errors(lr.rot_k, lr.rot_v, grid, v_grid)
             results[name].append(_judge(judge, lr.rot_k, lr.rot_v,
                                         LayerResult(k_clip=kc, v_clip=vc, search_k_error=ke,
                                                     search_v_error=ve, source=name)))
@@ -214,7 +216,7 @@ def evaluate_all(artifacts: dict[str, RotationArtifact],
             lk, lv = artifacts[kname].layer(i), artifacts[vname].layer(i)
             hr = max(lk.rot_k.shape[0], lv.rot_v.shape[0])
             rk, rv = _heads(lk.rot_k, hr), _heads(lv.rot_v, hr)
-            kc, vc, ke, ve = searcher.search_clip_with_errors(rk, rv, grid)
+            kc, vc, ke, ve = searcher.search_clip_with_errors(rk, rv, grid, v_grid)
             ek = None if lk.k_eigenvalues is None else _heads(lk.k_eigenvalues[..., None],
                                                               hr)[..., 0]
             evv = None if lv.v_eigenvalues is None else _heads(lv.v_eigenvalues[..., None],

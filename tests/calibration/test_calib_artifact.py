@@ -185,3 +185,16 @@ def test_group_fake_quantizer_is_bit_identical_to_reference(group_size):
     fq = GroupFakeQuantizer(x, group_size)
     for ratio in CLIP_GRID + (0.5, 0.97):
         assert torch.equal(fq(ratio), fake_quantize(x, group_size, ratio)), ratio
+
+
+def test_clip_grid_bounds_and_errors():
+    from oscar_kernels.calibration.attn_error import clip_grid
+
+    assert clip_grid(0.8) == CLIP_GRID
+    assert clip_grid(1.0) == (1.0,)
+    g = clip_grid(0.9)
+    assert g == (0.9, 0.92, 0.94, 0.96, 0.98, 1.0)
+    assert clip_grid(0.91) == (0.91, 0.92, 0.94, 0.96, 0.98, 1.0)
+    for bad in (0.0, 1.2, -0.5):
+        with pytest.raises(ValueError, match="lowest"):
+            clip_grid(bad)

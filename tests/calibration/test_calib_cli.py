@@ -86,7 +86,18 @@ def test_calibrate_cli_fixed_clip_per_layer(tiny_dir, tmp_path):
     assert {lr.v_clip for lr in art.layers} == {0.92}
 
 
+def test_calibrate_cli_clip_minimum(tiny_dir, tmp_path):
+    out = tmp_path / "m.safetensors"
+    assert main(_args(tiny_dir, out, "--k-clip-min", "1.0", "--v-clip-min", "0.9")) == 0
+    art = RotationArtifact.load(out)
+    assert {lr.k_clip for lr in art.layers} == {1.0}
+    assert all(0.9 - 1e-9 <= lr.v_clip <= 1.0 for lr in art.layers)
+    assert art.provenance["clip_search_min"] == {"k": 1.0, "v": 0.9}
+
+
 def test_calibrate_cli_rejects_bad_arguments(tiny_dir, tmp_path):
+    with pytest.raises(ValueError, match="--k-clip-min"):
+        main(_args(tiny_dir, tmp_path / "x.safetensors", "--k-clip-min", "1.5"))
     with pytest.raises(ValueError, match="--tokens"):
         main(_args(tiny_dir, tmp_path / "x.safetensors")[:-1] + ["--tokens", "0"])
     with pytest.raises(ValueError, match="--group-size"):
