@@ -552,9 +552,10 @@ def environment() -> dict:
 
 def _stride_text(stride) -> str:
     if isinstance(stride, (list, tuple)):
-        return (f"; parts ran every {'/'.join(map(str, stride))}-th trial of the grid, see "
-                "each row's trial count")
-    return f"; every {stride}-th trial of the grid" if (stride or 1) > 1 else ""
+        return ("; the merged parts ran " + " or ".join(
+            "every prompt" if k == 1 else f"one prompt in {k}" for k in stride)
+            + " of the grid (each row shows its own count)")
+    return f"; one prompt in {stride} of the grid" if (stride or 1) > 1 else ""
 
 
 def write_outputs(out_dir: str, rows: Sequence[dict], meta: dict, contexts: Sequence[int],
@@ -584,6 +585,10 @@ def write_outputs(out_dir: str, rows: Sequence[dict], meta: dict, contexts: Sequ
              table, ""]
     if notes:
         lines += ["Not measured:", ""] + [f"- {n}" for n in notes] + [""]
+    if meta.get("parts"):
+        lines += [f"Merged from {len(meta['parts'])} runs (`results/eval/merge_parts.py`): "
+                  + "; ".join(f"`{p['dir']}` ({p['seconds_total']:.0f} s, {p['date']})"
+                              for p in meta["parts"]) + ".", ""]
     lines += [f"Wall time {meta.get('seconds_total', 0):.0f} s on {meta['environment']['cpu_count']}"
               f" CPU(s), {meta['environment']['threads']} torch threads, load average at start "
               f"{meta['environment'].get('loadavg_start')}; {meta.get('date', '')}.", ""]
