@@ -481,7 +481,8 @@ def markdown_table(rows: Sequence[dict], contexts: Sequence[int], tail_start: in
             if key == "passkey":
                 cells.append(format_passkey(r))
             elif key == "passkey_vs_bf16":
-                cells.append("-" if v is None else f"{v['lost']}/{v['won']} (p={v['p_mcnemar']:.2g})")
+                cells.append("-" if v is None
+                             else f"{v['lost']}/{v['won']} (p={v['p_mcnemar']:.2g})")
             elif key.endswith("_vs_bf16_pct"):
                 cells.append("-" if v is None or r["kind"] == "bf16" else f"{v:+.1f}%")
             elif nd is None:
