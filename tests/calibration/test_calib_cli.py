@@ -142,4 +142,7 @@ def test_smollm2_calibration_small(tmp_path):
     assert rep["oscar/head"]["search"] < rep["identity"]["none"]
     assert rep["oscar/head"]["search"] < rep["hadamard"]["none"]
     assert art.method == "kv-cov" and art.per_head
-    assert rep["auto"]["search"] <= 1.05 * min(rep[n]["search"] for n in rep if n != "auto")
+    # the shipped recipe: searched clips inside the default floors, and the rotation
+    # beats Hadamard at the same clips on held-out attention error
+    assert all(lr.k_clip >= 0.94 - 1e-9 and lr.v_clip >= 0.90 - 1e-9 for lr in art.layers)
+    assert rep["kv-cov/head"]["search"] < rep["hadamard"]["search"]
