@@ -22,7 +22,9 @@ Metrics, per method (token ``p`` is predicted from positions ``< p``):
   argmax agrees with ``bf16``;
 * ``passkey`` — retrieval accuracy (:mod:`oscar_kernels.calibration.passkey`): greedy
   decoding through a cache (``DynamicCache`` + emulation by default, or the real packed
-  :class:`~oscar_kernels.integrations.transformers.OscarCache`);
+  :class:`~oscar_kernels.integrations.transformers.OscarCache`), over a
+  lengths x depths x keys grid, with a Wilson 95% interval and a paired lost/won count
+  against ``bf16`` on the same prompts (exact McNemar p);
 * ``bits_int2`` — bits per K/V element of the INT2 region (codes + fp16 scale/zero,
   :class:`~oscar_kernels.spec.CacheSpec`), and ``bits@C`` — a whole ``C``-token cache with
   its BF16 windows (KIVI: its fp16 residual, :func:`~oscar_kernels.calibration.kivi.kivi_bits`).
