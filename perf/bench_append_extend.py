@@ -35,7 +35,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import env_header, markdown_table, tbps, write_results  # noqa: E402
+from harness import env_header, markdown_table, profile_kernels, tbps, write_results  # noqa: E402
 from harness import time_cuda as _time_cuda  # noqa: E402
 
 
@@ -52,22 +52,10 @@ DEV = "cuda"
 
 def count_kernels(fn, iters: int = 5) -> tuple[float, dict]:
     """Kernels launched per call of ``fn`` and their names (torch profiler, eager)."""
-    from torch.profiler import ProfilerActivity, profile
-
     if DEV != "cuda":
         fn()
         return 0.0, {}
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
-            fn()
-        torch.cuda.synchronize()
-    names = {}
-    for e in prof.key_averages():
-        total = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
-        if total and e.count:
-            names[e.key[:80]] = e.count / iters
+    names = {k: n for k, (n, _) in profile_kernels(fn, iters, name_len=80).items()}
     return sum(names.values()), names
 
 

@@ -34,7 +34,7 @@ import traceback
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import env_header, markdown_table, measure_read_bandwidth, tbps, time_cuda, write_results  # noqa: E402
+from harness import env_header, markdown_table, measure_read_bandwidth, profile_kernels, tbps, time_cuda, write_results  # noqa: E402
 
 PRESETS = {
     "qwen3-8b": dict(num_qo_heads=32, num_kv_heads=8, head_dim=128),
@@ -93,20 +93,7 @@ def parse_triton_configs(text: str):
 
 def kernel_breakdown(fn, iters: int = 20) -> dict:
     """Average GPU microseconds per call of each kernel ``fn`` launches (torch profiler)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
-            fn()
-        torch.cuda.synchronize()
-    out = {}
-    for e in prof.key_averages():
-        total = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
-        if total and e.count:
-            out[e.key[:100]] = round(total / iters, 2)
-    return out
+    return {k: round(us, 2) for k, (_, us) in profile_kernels(fn, iters).items()}
 
 
 def make_int2_case(preset, batch, ctx, page_size, gen_seed=0):

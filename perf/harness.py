@@ -130,6 +130,28 @@ def time_cuda(fn: Callable[[], object] | Sequence[Callable[[], object]], *, warm
     return out
 
 
+def profile_kernels(fn: Callable[[], object], iters: int = 20, *,
+                    name_len: int = 100) -> dict[str, tuple[float, float]]:
+    """Kernels one call of ``fn`` launches (torch profiler, eager, after one warm-up call).
+
+    Returns ``{kernel name[:name_len]: (launches per call, device microseconds per call)}``.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+    out = {}
+    for e in prof.key_averages():
+        total = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
+        if total and e.count:
+            out[e.key[:name_len]] = (e.count / iters, total / iters)
+    return out
+
+
 def tbps(nbytes: float, ms: float | None) -> float | None:
     """``nbytes`` moved in ``ms`` milliseconds, in TB/s (1e12 bytes per second)."""
     return nbytes / (ms * 1e-3) / 1e12 if ms and ms > 0 else None
