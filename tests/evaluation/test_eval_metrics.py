@@ -99,24 +99,23 @@ def test_perplexity_kl_top1_and_outputs(tmp_path, gen):
     assert "naive (searched clip)" in open(md).read()
 
 
-def test_cli_argument_errors_name_the_argument():
+@pytest.mark.parametrize("argv, max_positions", [
+    (["--ctx", "4096"], 2048),
+    (["--passkey-lengths", "9000"], 8192),
+    (["--contexts", "3000"], 8192),
+    (["--tail-start", "2048"], 8192),
+    (["--passkey-keys", "0"], 8192),
+])
+def test_cli_argument_errors_name_the_argument(argv, max_positions):
     p = argparse.ArgumentParser()
     eval_cmd.add_arguments(p)
-    args = p.parse_args(["--ctx", "4096"])
-    with pytest.raises(ValueError, match="--ctx"):
-        eval_cmd._check_args(args, 2048)
-    args = p.parse_args(["--passkey-lengths", "9000"])
-    with pytest.raises(ValueError, match="--passkey-lengths"):
-        eval_cmd._check_args(args, 8192)
-    args = p.parse_args(["--contexts", "3000"])
-    with pytest.raises(ValueError, match="--contexts"):
-        eval_cmd._check_args(args, 8192)
-    args = p.parse_args(["--tail-start", "2048"])
-    with pytest.raises(ValueError, match="--tail-start"):
-        eval_cmd._check_args(args, 8192)
-    args = p.parse_args(["--passkey-keys", "0"])
-    with pytest.raises(ValueError, match="--passkey-keys"):
-        eval_cmd._check_args(args, 8192)
+    with pytest.raises(ValueError, match=argv[0]):
+        eval_cmd._check_args(p.parse_args(argv), max_positions)
+
+
+def test_cli_default_contexts():
+    p = argparse.ArgumentParser()
+    eval_cmd.add_arguments(p)
     assert eval_cmd._check_args(p.parse_args([]), 8192) == [1024, 2048]
 
 
