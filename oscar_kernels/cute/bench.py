@@ -103,6 +103,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8, 32, 128])
     ap.add_argument("--context", type=int, nargs="+", default=[8192, 32768, 65536, 131072])
     ap.add_argument("--page-size", type=int, default=16)
+    ap.add_argument("--kv-layout", default="NHD", choices=["NHD", "HND"])
     ap.add_argument("--backends", nargs="+", default=["cute", "triton"])
     ap.add_argument("--max-bytes", type=float, default=40e9)
     ap.add_argument("--rep", type=int, default=30)
@@ -123,7 +124,7 @@ def main(argv=None) -> int:
 
     dev = torch.device("cuda")
     hq, h, d = MODELS[a.model]
-    spec = CacheSpec(num_kv_heads=h, head_dim=d, page_size=a.page_size)
+    spec = CacheSpec(num_kv_heads=h, head_dim=d, page_size=a.page_size, kv_layout=a.kv_layout)
     rot = LayerRotation.hadamard(d).to(dev)
     ceiling = measure_read_bandwidth(2 << 30)
     rows = []
@@ -135,7 +136,7 @@ def main(argv=None) -> int:
             q = torch.randn(b, hq, d, dtype=torch.bfloat16, device=dev)
             nbytes = bytes_moved(spec, b, n, hq)
             row = {"model": a.model, "batch": b, "context": n, "page_size": a.page_size,
-                   "bytes": nbytes}
+                   "kv_layout": a.kv_layout, "bytes": nbytes}
             if a.breakdown:
                 from oscar_kernels import cute
 

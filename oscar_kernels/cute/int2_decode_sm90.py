@@ -242,6 +242,9 @@ def _shfl_idx(x, src):
 
 
 NEG_INF = -math.inf
+#: Initial running max: finite, so that exp2(score - max) needs no -inf guard (masked scores
+#: are -inf and give 0; the first real score replaces it and rescales zeros).
+M_INIT = -1.0e30
 #: bf16 0x4300 = 128.0: OR-ing a 2-bit field at mantissa bits 2i (i < 3) gives 128 + 4^i c.
 MAGIC = 0x43004300
 #: Multiplier of the code of channel quarter i after the unpack (quarter 3 is shifted by 2
@@ -514,7 +517,7 @@ class Int2PagedDecodeSm90:
             acc[i] = Float32(0.0)
         st = cute.make_rmem_tensor((8,), Float32)
         for j in cutlass.range_constexpr(2):
-            st[j] = Float32(NEG_INF)
+            st[j] = Float32(M_INIT)
             st[2 + j] = Float32(0.0)
             st[4 + j] = Float32(0.0)
             st[6 + j] = Float32(0.0)
@@ -531,8 +534,12 @@ class Int2PagedDecodeSm90:
             _syncwarp()
             sbase = smem_warp + (i % self.stages) * self.stage_bytes
             pos0 = (ia + w_begin + i) * CHUNK
-            self._int2_chunk(sbase, pos0, sink, int2_end, qa, qh, acc, st, scale_log2, quad, g,
-                             tsel, src0)
+            if pos0 >= sink and pos0 + CHUNK <= int2_end:
+                self._int2_chunk(sbase, pos0, sink, int2_end, qa, qh, acc, st, scale_log2, quad,
+                                 g, tsel, src0, False)
+            else:
+                self._int2_chunk(sbase, pos0, sink, int2_end, qa, qh, acc, st, scale_log2, quad,
+                                 g, tsel, src0, True)
             _syncwarp()
         _cp_wait(0)
 
@@ -779,9 +786,7 @@ class Int2PagedDecodeSm90:
             for j in cutlass.range_constexpr(2):
                 m_old = st[j]
                 m_new = _fmax(m_old, self._col_max(loc0 if j == 0 else loc1))
-                m_use = _sel_f32(Int32(cutlass.select_(m_new == Float32(NEG_INF), 0, 1)),
-                                 m_new, Float32(0.0))
-                a = _ex2(m_old - m_use)
+                a = _ex2(m_old - m_new)
                 al[j] = a
                 st[j] = m_new
                 st[2 + j] = st[2 + j] * a
@@ -848,7 +853,10 @@ class Int2PagedDecodeSm90:
                    psrc + Int64(prow + t4 * stride_slot) * 4)
 
     def _int2_chunk(self, sbase, pos0, sink, int2_end, qa, qh, acc, st, scale_log2, quad, g,
-                    tsel, src0):
+                    tsel, src0, masked: bool):
+        """One INT2 chunk from ring stage ``sbase``. ``masked`` (a trace-time flag): some of
+        its 16 positions lie outside ``[sink, int2_end)`` (first/last chunk of the range), so
+        their scores are -inf and their value scale/zero 0; full chunks skip those selects."""
         rb = self.row_bytes
         kf0 = cute.make_rmem_tensor((2 * self.ksteps,), Int32)
         kf1 = cute.make_rmem_tensor((2 * self.ksteps,), Int32)
@@ -866,16 +874,20 @@ class Int2PagedDecodeSm90:
             else:
                 words = [_lds_b32(addr)]
             self._unpack_k(words, kf0 if n == 0 else kf1)
-            pos = pos0 + t
-            ok = (Int32(cutlass.select_(pos >= sink, 1, 0))
-                  & Int32(cutlass.select_(pos < int2_end, 1, 0)))
-            valid[n] = ok
             a, zz = _f16x2_to_f32(_lds_b32(sbase + 2 * CHUNK * rb + t * 4))
             sk[n] = a
             zk[n] = zz
             a2, z2 = _f16x2_to_f32(_lds_b32(sbase + 2 * CHUNK * rb + CHUNK * 4 + t * 4))
-            sv[n] = _sel_f32(ok, a2, Float32(0.0))
-            zv[n] = _sel_f32(ok, z2, Float32(0.0))
+            if masked:
+                pos = pos0 + t
+                ok = (Int32(cutlass.select_(pos >= sink, 1, 0))
+                      & Int32(cutlass.select_(pos < int2_end, 1, 0)))
+                valid[n] = ok
+                sv[n] = _sel_f32(ok, a2, Float32(0.0))
+                zv[n] = _sel_f32(ok, z2, Float32(0.0))
+            else:
+                sv[n] = a2
+                zv[n] = z2
         vw = []
         for j in range(4):
             t = 2 * quad + (j % 2) + 8 * (j // 2)
@@ -895,8 +907,8 @@ class Int2PagedDecodeSm90:
                     frag.append(_lop3_magic(x, QUARTER_MASK[i]))
             return frag
 
-        self._chunk(qa, qh, kf0, kf1, v_frag, sk, zk, sv, zv, valid, acc, st, scale_log2,
-                    quad, tsel, src0, True)
+        self._chunk(qa, qh, kf0, kf1, v_frag, sk, zk, sv, zv, valid if masked else None, acc,
+                    st, scale_log2, quad, tsel, src0, True)
 
     def _unpack_k(self, words, kf):
         """K code words of one token -> 2*ksteps B fragments of ``128 + m_i * code``."""
@@ -974,7 +986,7 @@ class Int2PagedDecodeSm90:
                     x = (sk[n] * (raw + qh[2 + j]) + zk[n] * qh[j]) * scale_log2
                 else:
                     x = raw * scale_log2
-                sc.append(_sel_f32(valid[n], x, Float32(NEG_INF)))
+                sc.append(x if valid is None else _sel_f32(valid[n], x, Float32(NEG_INF)))
         pt = []      # p~ (fp32) per (j, n)
         packed = []  # per n: bf16x2 (head 2q, head 2q+1)
         loc = [_fmax(sc[0], sc[2]), _fmax(sc[1], sc[3])]     # this lane's max per head
@@ -982,10 +994,8 @@ class Int2PagedDecodeSm90:
                 | Int32(cutlass.select_(loc[1] > st[1], 1, 0)))
         self._max_and_rescale(st, loc[0], loc[1], acc, cute.arch.vote_any_sync(grew != 0))
         for j in range(2):
-            m_use = _sel_f32(Int32(cutlass.select_(st[j] == Float32(NEG_INF), 0, 1)), st[j],
-                             Float32(0.0))
-            p0 = _ex2(sc[j] - m_use)
-            p1 = _ex2(sc[2 + j] - m_use)
+            p0 = _ex2(sc[j] - st[j])
+            p1 = _ex2(sc[2 + j] - st[j])
             st[2 + j] = st[2 + j] + (p0 + p1)
             if is_int2:
                 st[4 + j] = st[4 + j] + (p0 * zv[0] + p1 * zv[1])

@@ -127,17 +127,18 @@ BOUNDARY_LENS = [1, 15, 16, 17, 63, 64, 65, 113, 319, 320, 321, 337, 1023, 4100]
 @needs_sm90
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("gqa", [1, 3, 4, 8])
-@pytest.mark.parametrize("page_size,layout", [(16, "NHD"), (64, "HND"), (32, "NHD")])
+@pytest.mark.parametrize("page_size,layout", [(16, "NHD"), (64, "HND"), (32, "NHD"), (16, "HND")])
 def test_cute_decode_boundaries(head_dim, gqa, page_size, layout):
     spec = CacheSpec(num_kv_heads=2, head_dim=head_dim, page_size=page_size, kv_layout=layout)
     _check(spec, BOUNDARY_LENS, gqa, seed=head_dim * 100 + gqa * 10 + page_size)
 
 
 @needs_sm90
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
 @pytest.mark.parametrize("sink,recent", [(0, 0), (64, 256), (7, 33), (0, 256), (64, 0)])
-def test_cute_decode_window_sizes(sink, recent):
+def test_cute_decode_window_sizes(sink, recent, layout):
     spec = CacheSpec(num_kv_heads=2, head_dim=128, page_size=16, sink_size=sink,
-                     recent_size=recent)
+                     recent_size=recent, kv_layout=layout)
     _check(spec, [1, 40, 300, 2000], 4, seed=sink * 7 + recent)
 
 
@@ -177,8 +178,9 @@ def test_cute_decode_strided_q_and_out(dtype):
 
 
 @needs_sm90
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
 @pytest.mark.parametrize("num_splits", [1, 3, 16, 17, 61, 128])
-def test_cute_decode_num_splits_and_tickets(num_splits):
+def test_cute_decode_num_splits_and_tickets(num_splits, layout):
     """Any split count 1..MAX_SPLITS merges correctly in the last CTA of each (sequence, KV
     head), and every launch leaves the tickets zero (so repeated calls and graph replays
     start clean)."""
@@ -186,7 +188,7 @@ def test_cute_decode_num_splits_and_tickets(num_splits):
 
     dev = torch.device("cuda")
     gen = torch.Generator().manual_seed(31 + num_splits)
-    spec = CacheSpec(num_kv_heads=1, head_dim=128, page_size=16)
+    spec = CacheSpec(num_kv_heads=1, head_dim=128, page_size=16, kv_layout=layout)
     cache, table, rot, q = _fill(spec, [6000, 1, 0, 333], gen, 8, dev)
     scale = spec.head_dim ** -0.5
     ref32, ref_lse, yard = reference_decode(cache, table, rot, q, scale)
