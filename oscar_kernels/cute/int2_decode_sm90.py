@@ -461,13 +461,14 @@ class Int2PagedDecodeSm90:
         pt[4] = (ia + w_begin) * CHUNK - pn0 * page_size
         head_row = h * stride_head
 
-        # ---- prologue of the cp.async ring
-        for k in cutlass.range_constexpr(self.stages - 1):
+        # ---- prologue of the cp.async ring: chunks 0 .. stages-3, one commit group per pair
+        for k in cutlass.range_constexpr(self.stages - 2):
             if k < n_mine:
                 self._issue(kc_ptr, kp_ptr, vc_ptr, vp_ptr, indices_ptr, p_begin, npages,
                             page_size, stride_page, stride_slot, head_row,
                             smem_warp + k * self.stage_bytes, lane, pt)
-            _cp_commit()
+            if k % 2 == 1:
+                _cp_commit()
 
         # ---- q' = q @ R_K[h] for the group's heads (bf16, in shared memory), computed by
         # the CTA while the ring prologue's loads are in flight
@@ -523,23 +524,33 @@ class Int2PagedDecodeSm90:
             st[6 + j] = Float32(0.0)
 
         # ---------------------------------------------- INT2 chunks (cp.async ring)
-        for i in cutlass.range(0, n_mine, 1):
-            j = i + self.stages - 1
-            if j < n_mine:
-                self._issue(kc_ptr, kp_ptr, vc_ptr, vp_ptr, indices_ptr, p_begin, npages,
-                            page_size, stride_page, stride_slot, head_row,
-                            smem_warp + (j % self.stages) * self.stage_bytes, lane, pt)
+        # Two chunks per iteration (one issue/commit/wait and one set of ring bookkeeping per
+        # 32 tokens). Positions at or past end_w (this warp's range end) are masked, so the
+        # odd last iteration's phantom second chunk (stale stage, nothing issued) adds 0.
+        end_w = cutlass.min(int2_end, (ia + w_end) * CHUNK)
+        for i in cutlass.range(0, n_mine, 2):
+            j = i + self.stages - 2
+            for u in cutlass.range_constexpr(2):
+                if j + u < n_mine:
+                    self._issue(kc_ptr, kp_ptr, vc_ptr, vp_ptr, indices_ptr, p_begin, npages,
+                                page_size, stride_page, stride_slot, head_row,
+                                smem_warp + ((j + u) % self.stages) * self.stage_bytes, lane,
+                                pt)
             _cp_commit()
-            _cp_wait(self.stages - 1)
+            _cp_wait(self.stages // 2 - 1)
             _syncwarp()
             sbase = smem_warp + (i % self.stages) * self.stage_bytes
             pos0 = (ia + w_begin + i) * CHUNK
-            if pos0 >= sink and pos0 + CHUNK <= int2_end:
-                self._int2_chunk(sbase, pos0, sink, int2_end, qa, qh, acc, st, scale_log2, quad,
-                                 g, tsel, src0, False)
+            if pos0 >= sink and pos0 + 2 * CHUNK <= end_w:
+                for u in cutlass.range_constexpr(2):
+                    self._int2_chunk(sbase + u * self.stage_bytes, pos0 + u * CHUNK, sink,
+                                     end_w, qa, qh, acc, st, scale_log2, quad, g, tsel, src0,
+                                     False)
             else:
-                self._int2_chunk(sbase, pos0, sink, int2_end, qa, qh, acc, st, scale_log2, quad,
-                                 g, tsel, src0, True)
+                for u in cutlass.range_constexpr(2):
+                    self._int2_chunk(sbase + u * self.stage_bytes, pos0 + u * CHUNK, sink,
+                                     end_w, qa, qh, acc, st, scale_log2, quad, g, tsel, src0,
+                                     True)
             _syncwarp()
         _cp_wait(0)
 
