@@ -137,6 +137,7 @@ NUM_PTR_ARGS = 18
 NUM_INT_ARGS = 18
 #: Depth of each warp's cp.async ring (chunks in flight per warp), per head_dim.
 STAGES = {64: 8, 128: 8}
+assert all(s & (s - 1) == 0 for s in STAGES.values())   # ring index = chunk & (stages - 1)
 
 
 @dataclass(frozen=True)
@@ -461,12 +462,25 @@ class Int2PagedDecodeSm90:
         pt[4] = (ia + w_begin) * CHUNK - pn0 * page_size
         head_row = h * stride_head
 
+        # ---- per-lane cp.async constants (see _issue)
+        rb = self.row_bytes
+        if cutlass.const_expr(rb == 32):
+            lc_t = lane // 2
+            lc_s = lc_t * rb + (lane % 2) * 16
+            lc_piece = (lane % 2) * 16
+        else:
+            lc_t = lane % 16
+            lc_s = (lane // 16) * (CHUNK * rb) + lc_t * rb
+            lc_piece = 0
+        lc = (lc_t * stride_slot, lc_s, lc_piece, (lane % 16) * stride_slot,
+              2 * CHUNK * rb + (lane // 16) * (CHUNK * 4) + (lane % 16) * 4,
+              Int64(cutlass.select_(lane >= 16, vp_ptr, kp_ptr)))
         # ---- prologue of the cp.async ring: chunks 0 .. stages-3, one commit group per pair
         for k in cutlass.range_constexpr(self.stages - 2):
             if k < n_mine:
                 self._issue(kc_ptr, kp_ptr, vc_ptr, vp_ptr, indices_ptr, p_begin, npages,
                             page_size, stride_page, stride_slot, head_row,
-                            smem_warp + k * self.stage_bytes, lane, pt)
+                            smem_warp + k * self.stage_bytes, lane, pt, lc)
             if k % 2 == 1:
                 _cp_commit()
 
@@ -534,12 +548,12 @@ class Int2PagedDecodeSm90:
                 if j + u < n_mine:
                     self._issue(kc_ptr, kp_ptr, vc_ptr, vp_ptr, indices_ptr, p_begin, npages,
                                 page_size, stride_page, stride_slot, head_row,
-                                smem_warp + ((j + u) % self.stages) * self.stage_bytes, lane,
-                                pt)
+                                smem_warp + ((j + u) & (self.stages - 1)) * self.stage_bytes,
+                                lane, pt, lc)
             _cp_commit()
             _cp_wait(self.stages // 2 - 1)
             _syncwarp()
-            sbase = smem_warp + (i % self.stages) * self.stage_bytes
+            sbase = smem_warp + (i & (self.stages - 1)) * self.stage_bytes
             pos0 = (ia + w_begin + i) * CHUNK
             if pos0 >= sink and pos0 + 2 * CHUNK <= end_w:
                 for u in cutlass.range_constexpr(2):
@@ -820,7 +834,7 @@ class Int2PagedDecodeSm90:
 
     @cute.jit
     def _issue(self, kc_ptr, kp_ptr, vc_ptr, vp_ptr, indices_ptr, p_begin, npages, page_size,
-               stride_page, stride_slot, hrow, sdst, lane, pt):
+               stride_page, stride_slot, hrow, sdst, lane, pt, lc):
         """cp.async the next 16-token chunk (K/V codes + scale/zero pairs) into a ring stage.
 
         Chunks are issued in order; ``pt[3]``/``pt[4]`` track its page number and slot,
@@ -845,23 +859,17 @@ class Int2PagedDecodeSm90:
         # the host), one wide multiply per address
         prow = page * stride_page + slot0 * stride_slot + hrow
         rb = self.row_bytes
+        # per-lane constants (lc): code row t_c, its shared offset, the 16-byte piece; scale
+        # row t4 and its shared offset (K scales for lanes < 16, V scales above)
+        t_c, s_c, piece, t4, s4, psrc = lc
         if cutlass.const_expr(rb == 32):
-            t = lane // 2
-            piece = (lane % 2) * 16
-            off = Int64(prow + t * stride_slot) * rb + piece
-            _cp_async16(sdst + t * rb + piece, kc_ptr + off)
-            _cp_async16(sdst + CHUNK * rb + t * rb + piece, vc_ptr + off)
+            off = Int64(prow + t_c) * rb + piece
+            _cp_async16(sdst + s_c, kc_ptr + off)
+            _cp_async16(sdst + CHUNK * rb + s_c, vc_ptr + off)
         else:
-            t = lane % 16
-            which = lane // 16
-            src = Int64(cutlass.select_(which == 1, vc_ptr, kc_ptr))
-            _cp_async16(sdst + which * (CHUNK * rb) + t * rb,
-                        src + Int64(prow + t * stride_slot) * rb)
-        t4 = lane % 16
-        which4 = lane // 16
-        psrc = Int64(cutlass.select_(which4 == 1, vp_ptr, kp_ptr))
-        _cp_async4(sdst + 2 * CHUNK * rb + which4 * (CHUNK * 4) + t4 * 4,
-                   psrc + Int64(prow + t4 * stride_slot) * 4)
+            src = Int64(cutlass.select_(lane >= 16, vc_ptr, kc_ptr))
+            _cp_async16(sdst + s_c, src + Int64(prow + t_c) * rb)
+        _cp_async4(sdst + s4, psrc + Int64(prow + t4) * 4)
 
     def _int2_chunk(self, sbase, pos0, sink, int2_end, qa, qh, acc, st, scale_log2, quad, g,
                     tsel, src0, masked: bool):
