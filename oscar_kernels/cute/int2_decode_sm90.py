@@ -227,8 +227,13 @@ def _rcp(x):
     return _ptx("rcp.approx.f32 {$w0}, {$r0};", [Float32], [x])
 
 
-def _mma(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
-    return _ptx("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+def _pack_f16x2(lo, hi):
+    return _ptx("cvt.rn.f16x2.f32 {$w0}, {$r1}, {$r0};", [Int32], [lo, hi])
+
+
+def _mma(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3, f16: bool = False):
+    t = "f16" if f16 else "bf16"
+    return _ptx(f"mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32 "
                 "{{$w0}, {$w1}, {$w2}, {$w3}}, {{$r0}, {$r1}, {$r2}, {$r3}}, {{$r4}, {$r5}}, "
                 "{{$r6}, {$r7}, {$r8}, {$r9}};", [Float32] * 4,
                 [a0, a1, a2, a3, b0, b1, c0, c1, c2, c3])
@@ -246,17 +251,26 @@ NEG_INF = -math.inf
 #: Initial running max: finite, so that exp2(score - max) needs no -inf guard (masked scores
 #: are -inf and give 0; the first real score replaces it and rescales zeros).
 M_INIT = -1.0e30
-#: bf16 0x4300 = 128.0: OR-ing a 2-bit field at mantissa bits 2i (i < 3) gives 128 + 4^i c.
-MAGIC = 0x43004300
+#: fp16 0x6400 = 1024.0 (10 mantissa bits, ulp 1): OR-ing the 2-bit field at bits 2i of a
+#: code byte (i = 0..3, all inside the mantissa) gives 1024 + 4^i c, no shift needed.
+MAGIC = 0x64006400
+#: The offset MAGIC adds to every INT2 operand value (removed after the MMAs).
+OFFSET = 1024.0
 #: Multiplier of the code of channel quarter i after the unpack (quarter 3 is shifted by 2
 #: to land on mantissa bits 4-5, like quarter 2).
-QUARTER_MULT = (1.0, 4.0, 16.0, 16.0)
-QUARTER_MASK = (0x00030003, 0x000C000C, 0x00300030, 0x00300030)
+QUARTER_MULT = (1.0, 4.0, 16.0, 64.0)
+QUARTER_MASK = (0x00030003, 0x000C000C, 0x00300030, 0x00C000C0)
 
 
 def _lop3_magic(x, mask: int):
-    """``(x & mask) | 0x43004300``: a bf16 pair ``128 + m * code`` (one LOP3)."""
+    """``(x & mask) | 0x64006400``: an fp16 pair ``1024 + m * code`` (one LOP3)."""
     return _ptx(f"lop3.b32 {{$w0}}, {{$r0}}, {hex(mask)}, {hex(MAGIC)}, 0xEA;", [Int32], [x])
+
+
+def _sub_offset_f16x2(x):
+    """``x - (1024, 1024)`` on an fp16 pair (exact: the values are 1024 + m * code)."""
+    return _ptx(f"{{ .reg .b32 c; mov.b32 c, {hex(MAGIC)}; sub.rn.f16x2 {{$w0}}, {{$r0}}, c; }}",
+                [Int32], [x])
 
 
 def _shr(x, n: int):
@@ -266,7 +280,7 @@ def _shr(x, n: int):
 def _mul_bf16x2(x, m: float):
     if m == 1.0:
         return x
-    bits = {4.0: 0x40804080, 16.0: 0x41804180}[m]
+    bits = {4.0: 0x40804080, 16.0: 0x41804180, 64.0: 0x42804280}[m]
     return _ptx(f"{{ .reg .b32 c; mov.b32 c, {hex(bits)}; mul.rn.bf16x2 {{$w0}}, {{$r0}}, c; }}",
                 [Int32], [x])
 
@@ -490,52 +504,33 @@ class Int2PagedDecodeSm90:
                            q_kind, q_stride_b, q_stride_h, tidx)
 
         # ---- query fragment (B operand of S^T): head g (rows >= group read head group-1 and
-        # are zeroed), permuted channels, / m_i.
+        # are zeroed), permuted channels, / m_i; fp16 for the INT2 chunks
         gq = cutlass.min(g, group - 1)
         qkeep = Float32(cutlass.select_(g < group, 1.0, 0.0))
         qa = cute.make_rmem_tensor((2 * self.ksteps,), Int32)
-        qsum = Float32(0.0)
-        qsum2 = Float32(0.0)
-        runs = []
-        for wi in cutlass.range_constexpr(self.nbk // 4):
-            for i in cutlass.range_constexpr(4):
-                ch = quad * self.nbk + 4 * wi + i * (d // 4)   # channels ch .. ch + 3
-                runs.append(list(_lds_v2(s_q + (gq * d + ch) * 2)))
-        for wi in cutlass.range_constexpr(self.nbk // 4):
-            for i in cutlass.range_constexpr(4):
-                w01, w23 = runs[wi * 4 + i]
-                q0, q1 = _bf16x2_to_f32(w01)
-                q2, q3 = _bf16x2_to_f32(w23)
-                qe = [q0 * qkeep, q1 * qkeep, q2 * qkeep, q3 * qkeep]
-                inv_m = 1.0 / QUARTER_MULT[i]
-                for hh in cutlass.range_constexpr(2):
-                    # r = 8 wi + 2 i + hh holds channels (ch + hh, ch + hh + 2)
-                    qa[wi * 8 + i * 2 + hh] = _pack_bf16x2(qe[hh] * inv_m, qe[hh + 2] * inv_m)
-                qsum = qsum + ((qe[0] + qe[1]) + (qe[2] + qe[3]))
-                qsum2 = qsum2 + ((qe[0] + qe[1]) + (qe[2] + qe[3])) * inv_m
+        qsum, qsum2 = self._query_frags(s_q, gq, qkeep, quad, qa, True)
         qsum = qsum + _shfl_bfly(qsum, 1)
         qsum = qsum + _shfl_bfly(qsum, 2)
         qsum2 = qsum2 + _shfl_bfly(qsum2, 1)
         qsum2 = qsum2 + _shfl_bfly(qsum2, 2)
         # per-thread constants of its two score columns, heads 2 quad + {0, 1}
-        qh = cute.make_rmem_tensor((4,), Float32)   # qsum[2], -128 * qsum2[2]
+        qh = cute.make_rmem_tensor((4,), Float32)   # qsum[2], -OFFSET * qsum2[2]
         for j in cutlass.range_constexpr(2):
             qh[j] = _shfl_idx(qsum, (2 * quad + j) * 4)
-            qh[2 + j] = _shfl_idx(qsum2, (2 * quad + j) * 4) * Float32(-128.0)
+            qh[2 + j] = _shfl_idx(qsum2, (2 * quad + j) * 4) * Float32(-OFFSET)
         # transpose selector: this lane's P^T head g sits in half g % 2 of a packed pair
         tsel = Int32(cutlass.select_(g % 2 == 0, 0x5410, 0x7632))
         src0 = (2 * quad) * 4 + g // 2
 
-        # ---- running state: O^T fragments; per head 2q+j: m, l, sum p*z_v, sum p~ (partials)
+        # ---- running state: O^T fragments; per head 2q+j: m, l, sum p*z_v (partials)
         acc = cute.make_rmem_tensor((4 * self.mtiles,), Float32)
         for i in cutlass.range_constexpr(4 * self.mtiles):
             acc[i] = Float32(0.0)
-        st = cute.make_rmem_tensor((8,), Float32)
+        st = cute.make_rmem_tensor((6,), Float32)
         for j in cutlass.range_constexpr(2):
             st[j] = Float32(M_INIT)
             st[2 + j] = Float32(0.0)
             st[4 + j] = Float32(0.0)
-            st[6 + j] = Float32(0.0)
 
         # ---------------------------------------------- INT2 chunks (cp.async ring)
         # Two chunks per iteration (one issue/commit/wait and one set of ring bookkeeping per
@@ -569,6 +564,10 @@ class Int2PagedDecodeSm90:
         _cp_wait(0)
 
         # ---------------------------------------------- BF16 window chunks
+        # (bf16 MMAs: window values times m_i may exceed the fp16 range; q fragments again,
+        # as bf16)
+        if wsplit < n_win:
+            self._query_frags(s_q, gq, qkeep, quad, qa, False)
         for c in cutlass.range(wsplit, n_win, nsw):
             kf0 = cute.make_rmem_tensor((2 * self.ksteps,), Int32)
             kf1 = cute.make_rmem_tensor((2 * self.ksteps,), Int32)
@@ -595,7 +594,6 @@ class Int2PagedDecodeSm90:
             m_run = st[j]
             l_run = self._col_sum(st[2 + j])
             corr_j = self._col_sum(st[4 + j])
-            off_j = self._col_sum(st[6 + j]) * Float32(-128.0)
             lse2 = Float32(NEG_INF)
             inv_j = Float32(0.0)
             if l_run > Float32(0.0):
@@ -607,7 +605,7 @@ class Int2PagedDecodeSm90:
                 inv_m = 1.0 / QUARTER_MULT[mt % 4]
                 for rh in cutlass.range_constexpr(2):
                     ch = self.pv_channel(mt, rh, g)
-                    val = ((acc[4 * mt + 2 * rh + j] + off_j) * inv_m + corr_j) * inv_j
+                    val = (acc[4 * mt + 2 * rh + j] * inv_m + corr_j) * inv_j
                     _sts_f32(wbase + (MAX_GROUP + head * d + ch) * 4, val)
         cute.arch.sync_threads()
         # ---- combine the CTA's warps: one partial (lse2, o) per (sequence, head, split)
@@ -642,6 +640,37 @@ class Int2PagedDecodeSm90:
                                    o_stride_h, tidx, warp, lane)
 
     # ------------------------------------------------------------- helpers
+    def _query_frags(self, s_q, gq, qkeep, quad, qa, f16: bool):
+        """B fragments of head ``gq``'s q' (from shared memory) divided by ``m_i``, as fp16
+        (``f16``: INT2 chunks) or bf16 (window chunks); returns this lane's partial sums of
+        q' and of q'/m_i (exact in float32 from the bf16 q')."""
+        d = self.d
+        qsum = Float32(0.0)
+        qsum2 = Float32(0.0)
+        runs = []
+        for wi in range(self.nbk // 4):
+            for i in range(4):
+                ch = quad * self.nbk + 4 * wi + i * (d // 4)   # channels ch .. ch + 3
+                runs.append(list(_lds_v2(s_q + (gq * d + ch) * 2)))
+        pack = _pack_f16x2 if f16 else _pack_bf16x2
+        for wi in range(self.nbk // 4):
+            for i in range(4):
+                w01, w23 = runs[wi * 4 + i]
+                q0, q1 = _bf16x2_to_f32(w01)
+                q2, q3 = _bf16x2_to_f32(w23)
+                qe = [q0 * qkeep, q1 * qkeep, q2 * qkeep, q3 * qkeep]
+                inv_m = 1.0 / QUARTER_MULT[i]
+                for hh in range(2):
+                    # r = 8 wi + 2 i + hh holds channels (ch + hh, ch + hh + 2)
+                    w = pack(qe[hh] * inv_m, qe[hh + 2] * inv_m)
+                    qa[wi * 8 + i * 2 + hh] = w
+                    # the sum of the values the MMA sees (fp16 q'/m_i is exact unless it is
+                    # subnormal), so that the OFFSET term cancels exactly
+                    lo, hi = _f16x2_to_f32(w) if f16 else _bf16x2_to_f32(w)
+                    qsum2 = qsum2 + (lo + hi)
+                qsum = qsum + ((qe[0] + qe[1]) + (qe[2] + qe[3]))
+        return qsum, qsum2
+
     @cute.jit
     def _ticket_and_merge(self, opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, counter_ptr,
                           s_x, cbase, b, h, group, num_kv_heads, num_qo_heads, num_splits,
@@ -816,7 +845,6 @@ class Int2PagedDecodeSm90:
                 st[j] = m_new
                 st[2 + j] = st[2 + j] * a
                 st[4 + j] = st[4 + j] * a
-                st[6 + j] = st[6 + j] * a
             for i in cutlass.range_constexpr(2 * self.mtiles):
                 acc[2 * i] = acc[2 * i] * al[0]
                 acc[2 * i + 1] = acc[2 * i + 1] * al[1]
@@ -915,15 +943,17 @@ class Int2PagedDecodeSm90:
         # V codes are unpacked lazily, one M tile right before its MMA (fewer live registers)
         xs = [[_prmt(vw[2 * pair], vw[2 * pair + 1], 0x5410 if u == 0 else 0x7632)
                for u in range(self.nbv // 2)] for pair in range(2)]
+        shifted = [[_shr(x, 8) for x in row] for row in xs]
 
         def v_frag(mt):
             u, i = mt // 4, mt % 4
             frag = []
             for pair in range(2):
                 for rh in range(2):
-                    sh = 8 * rh + (2 if i == 3 else 0)
-                    x = xs[pair][u] if sh == 0 else _shr(xs[pair][u], sh)
-                    frag.append(_lop3_magic(x, QUARTER_MASK[i]))
+                    x = xs[pair][u] if rh == 0 else shifted[pair][u]
+                    # m * code exactly (HADD2, FMA pipe): no 1024 offset in the O
+                    # accumulators, which sum over thousands of tokens
+                    frag.append(_sub_offset_f16x2(_lop3_magic(x, QUARTER_MASK[i])))
             return frag
 
         self._chunk(qa, qh, kf0, kf1, v_frag, sk, zk, sv, zv, valid if masked else None, acc,
@@ -933,11 +963,10 @@ class Int2PagedDecodeSm90:
         """K code words of one token -> 2*ksteps B fragments of ``128 + m_i * code``."""
         for wi in range(len(words)):
             x = words[wi]
-            src = [[x, _shr(x, 2)], [_shr(x, 8), _shr(x, 10)]]   # [hh][shifted for i=3]
+            src = [x, _shr(x, 8)]        # [hh]: bytes 0, 2 / bytes 1, 3 at bits 0-7, 16-23
             for i in range(4):
                 for hh in range(2):
-                    kf[wi * 8 + i * 2 + hh] = _lop3_magic(src[hh][1 if i == 3 else 0],
-                                                          QUARTER_MASK[i])
+                    kf[wi * 8 + i * 2 + hh] = _lop3_magic(src[hh], QUARTER_MASK[i])
 
     def _win_addr(self, base, wslot, win_rows, num_kv_heads, h, wrow):
         return base + ((Int64(wslot) * Int64(win_rows) + Int64(wrow)) * Int64(num_kv_heads)
@@ -994,7 +1023,7 @@ class Int2PagedDecodeSm90:
         chains = [[Float32(0.0)] * 4, [Float32(0.0)] * 4]   # two independent MMA chains
         for s in range(self.ksteps):
             chains[s % 2] = list(_mma(kf0[2 * s], kf1[2 * s], kf0[2 * s + 1], kf1[2 * s + 1],
-                                      qa[2 * s], qa[2 * s + 1], *chains[s % 2]))
+                                      qa[2 * s], qa[2 * s + 1], *chains[s % 2], f16=is_int2))
         s_acc = [chains[0][i] + chains[1][i] for i in range(4)]
         # s_acc[2 n + j]: token g + 8 n, head 2 quad + j
         sc = []
@@ -1022,12 +1051,7 @@ class Int2PagedDecodeSm90:
             else:
                 pt.append([p0, p1])
         for n in range(2):
-            packed.append(_pack_bf16x2(pt[0][n], pt[1][n]))
-        if is_int2:
-            e00, e01 = _bf16x2_to_f32(packed[0])   # n = 0: heads 2q, 2q+1
-            e10, e11 = _bf16x2_to_f32(packed[1])
-            st[6] = st[6] + (e00 + e10)
-            st[7] = st[7] + (e01 + e11)
+            packed.append((_pack_f16x2 if is_int2 else _pack_bf16x2)(pt[0][n], pt[1][n]))
         # P^T B fragment of lane (g, q): tokens 2q, 2q+1 (+8) of head g
         x0 = _shfl_idx(packed[0], src0)
         x1 = _shfl_idx(packed[0], src0 + 4)
@@ -1042,7 +1066,7 @@ class Int2PagedDecodeSm90:
             else:
                 a = [va[mt * 2], va[mt * 2 + 1], va[(self.mtiles + mt) * 2],
                      va[(self.mtiles + mt) * 2 + 1]]
-            r = _mma(*a, b0, b1, *c)
+            r = _mma(*a, b0, b1, *c, f16=is_int2)
             for i in range(4):
                 acc[4 * mt + i] = r[i]
 
