@@ -96,11 +96,11 @@ def kernel_breakdown(fn, iters: int = 20) -> dict:
     return {k: round(us, 2) for k, (_, us) in profile_kernels(fn, iters).items()}
 
 
-def make_int2_case(preset, batch, ctx, page_size, gen_seed=0):
+def make_int2_case(preset, batch, ctx, page_size, gen_seed=0, kv_layout="NHD"):
     from oscar_kernels import CacheSpec, Int2PagedKVCache
 
     h, d, hq = preset["num_kv_heads"], preset["head_dim"], preset["num_qo_heads"]
-    spec = CacheSpec(num_kv_heads=h, head_dim=d, page_size=page_size)
+    spec = CacheSpec(num_kv_heads=h, head_dim=d, page_size=page_size, kv_layout=kv_layout)
     pages_per = math.ceil(ctx / page_size)
     num_pages = batch * pages_per
     cache = Int2PagedKVCache.allocate(spec, num_pages, batch, device="cuda")
@@ -149,15 +149,18 @@ def run_flashinfer(preset, batch, ctx, page_size, args, kv_dtype=torch.bfloat16)
     pages_per = math.ceil(ctx / page_size)
     num_pages = batch * pages_per
     g = torch.Generator(device="cuda").manual_seed(1)
-    kp = torch.randn(num_pages, page_size, h, d, device="cuda", generator=g).to(kv_dtype)
-    vp = torch.randn(num_pages, page_size, h, d, device="cuda", generator=g).to(kv_dtype)
+    shape = ((num_pages, page_size, h, d) if args.kv_layout == "NHD"
+             else (num_pages, h, page_size, d))
+    kp = torch.randn(shape, device="cuda", generator=g).to(kv_dtype)
+    vp = torch.randn(shape, device="cuda", generator=g).to(kv_dtype)
     indptr = (torch.arange(batch + 1, device="cuda", dtype=torch.int32) * pages_per)
     indices = torch.randperm(num_pages, device="cuda", generator=g).to(torch.int32)
     last = torch.full((batch,), ctx - (pages_per - 1) * page_size, dtype=torch.int32, device="cuda")
     q = torch.randn(batch, hq, d, device="cuda", generator=g).to(torch.bfloat16)
     out = torch.empty_like(q)
     ws = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=True)
+    wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, args.kv_layout,
+                                                            use_tensor_cores=True)
     wrapper.plan(indptr, indices, last, hq, h, d, page_size, q_data_type=torch.bfloat16,
                  kv_data_type=kv_dtype)
     res = time_cuda(lambda: wrapper.run(q, (kp, vp), out=out), warmup=args.warmup, rep=args.rep)
@@ -190,6 +193,8 @@ def main(argv=None) -> int:
     p.add_argument("--batches", default="1,8,32")
     p.add_argument("--contexts", default="8192,32768,65536,131072")
     p.add_argument("--page-size", type=int, default=16)
+    p.add_argument("--kv-layout", default="NHD", choices=["NHD", "HND"],
+                   help="page layout of the INT2 caches and of FlashInfer's BF16/FP8 caches")
     p.add_argument("--baselines", default="flashinfer,sdpa")
     p.add_argument("--triton-configs", default="default",
                    help="block_n x num_warps x num_stages[@target_programs], comma separated; "
@@ -235,7 +240,8 @@ def main(argv=None) -> int:
                     rows.append(row)
                     continue
                 try:
-                    case = make_int2_case(preset, batch, ctx, args.page_size)
+                    case = make_int2_case(preset, batch, ctx, args.page_size,
+                                          kv_layout=args.kv_layout)
                     spec = case["spec"]
                     row["int2_bytes"] = int2_bytes(spec, batch, ctx, preset["num_qo_heads"])
                     row["bf16_bytes"] = bf16_bytes(batch, ctx, spec.num_kv_heads,

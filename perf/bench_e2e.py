@@ -614,10 +614,11 @@ def median(xs: list[float]) -> float:
 
 
 # ---------------------------------------------------------------------------- capacity
-def int2_spec(cfg: ModelConfig, page_size: int, group_size: int | None) -> CacheSpec:
+def int2_spec(cfg: ModelConfig, page_size: int, group_size: int | None,
+              kv_layout: str = "NHD") -> CacheSpec:
     return CacheSpec(num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, page_size=page_size,
                      group_size=group_size, sink_size=cfg.sink_size,
-                     recent_size=cfg.recent_size)
+                     recent_size=cfg.recent_size, kv_layout=kv_layout)
 
 
 def bf16_seq_bytes(cfg: ModelConfig, seq_len: int, page_size: int) -> int:
@@ -689,7 +690,7 @@ class Runner:
                                       device=self.dev, kernel=a.bf16_attn)
             page_size = a.bf16_page_size
         else:
-            spec = int2_spec(cfg, a.int2_page_size, a.group_size)
+            spec = int2_spec(cfg, a.int2_page_size, a.group_size, a.int2_kv_layout)
             pages = batch_size * -(-max_len // spec.page_size)
             attn = Int2PagedAttention(cfg, spec, num_pages=pages, num_window_slots=batch_size,
                                       device=self.dev, backend=a.int2_backend, seed=a.seed)
@@ -827,7 +828,7 @@ def resolve_batches(spec_list: list[str], max_batch: int) -> list[int]:
 
 
 def run_preset(args, cfg: ModelConfig, device: torch.device, results: dict) -> None:
-    spec = int2_spec(cfg, args.int2_page_size, args.group_size)
+    spec = int2_spec(cfg, args.int2_page_size, args.group_size, args.int2_kv_layout)
     budget = int(args.kv_budget_gib * GIB)
     contexts = sorted(set(args.latency_ctx + [args.tput_ctx]))
     cap = capacity_report(cfg, spec, args.bf16_page_size, budget, contexts)
@@ -1168,6 +1169,8 @@ def parse_args(argv=None):
     p.add_argument("--tput-batches", default="1,8,32,max")
     p.add_argument("--bf16-page-size", type=int, default=16)
     p.add_argument("--int2-page-size", type=int, default=16)
+    p.add_argument("--int2-kv-layout", default="NHD", choices=["NHD", "HND"],
+                   help="page layout of the INT2 cache (HND: one head's chunk is contiguous)")
     p.add_argument("--group-size", type=int, default=None, help="INT2 group size (default D)")
     p.add_argument("--bf16-attn", default="auto", choices=["auto", "flashinfer", "sdpa"])
     p.add_argument("--int2-backend", default="auto",
@@ -1211,7 +1214,7 @@ def smoke(args, device) -> dict:
     """``--steps N``: N eager decode steps from a short prefix, both stacks, with checks."""
     cfg = PRESETS[args.presets[0]]
     weights = DecodeWeights(cfg, device, seed=args.seed)
-    spec = int2_spec(cfg, args.int2_page_size, args.group_size)
+    spec = int2_spec(cfg, args.int2_page_size, args.group_size, args.int2_kv_layout)
     prefix, steps, batch = args.check_len, args.steps, 2
     out = {"preset": cfg.name, "steps": []}
     for kind in args.caches:

@@ -33,12 +33,14 @@ def _stack(bench, kind, cfg, weights, batch, max_len, page_size=4, backend="refe
     return bench.DecodeModel(cfg, weights, attn, table)
 
 
-def test_two_steps_finite_and_int2_attention_matches_reference_op(bench):
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+def test_two_steps_finite_and_int2_attention_matches_reference_op(bench, layout):
     """``--steps 2`` over a random prefix: finite logits for both stacks; the INT2 stack's
     last-layer attention equals the reference op on its own cache, the BF16 stack's an
-    fp32 attention over its gathered pages."""
+    fp32 attention over its gathered pages (INT2 pages in either layout)."""
     res = bench.main(["--preset", "tiny", "--device", "cpu", "--steps", "2",
-                      "--check-len", "29", "--int2-page-size", "4", "--bf16-page-size", "4"])
+                      "--check-len", "29", "--int2-page-size", "4", "--bf16-page-size", "4",
+                      "--int2-kv-layout", layout])
     steps = res["steps"]
     assert {(s["cache"], s["step"]) for s in steps} == {(c, i) for c in ("bf16", "int2")
                                                        for i in range(2)}
