@@ -129,7 +129,7 @@ MAX_SPLITS = 128
 #: Tokens per chunk (two 8-token QK N tiles = one 16-token PV K step).
 CHUNK = 16
 #: Rows of R_K each thread loads per round trip in the in-kernel query rotation.
-ROT_K = 16
+ROT_K = 64
 #: Columns of R_V each thread loads per round trip in the merge tail.
 RV_COLS = 64
 #: C ABI of the launcher: pointers (int64), then int32 arguments, one float, the stream.
