@@ -13,6 +13,7 @@ dtype checks never synchronize with the device; index bounds are checked when
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import math
@@ -54,6 +55,20 @@ def _candidates(backend: str, device: torch.device) -> list[str]:
     return ["reference"]
 
 
+def _on_device(fn, device: torch.device):
+    """``fn`` running with ``device`` as the current CUDA device: Triton launches on the
+    current device and rejects pointers of another one ("cannot be accessed from Triton"),
+    so a cache on cuda:1 must work while cuda:0 is current (found on a 2-GPU H200 run)."""
+    if device.type != "cuda":
+        return fn
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        with torch.cuda.device(device):
+            return fn(*args, **kwargs)
+    return run
+
+
 def _dispatch(op: str, backend: str, device: torch.device, config: dict):
     """Return ``(name, function)`` of the first backend that implements ``op``."""
     names = _candidates(backend, device)
@@ -62,7 +77,7 @@ def _dispatch(op: str, backend: str, device: torch.device, config: dict):
         try:
             mod = _load_backend(name)
             mod.can_implement(op, device=device, **config)
-            return name, getattr(mod, op)
+            return name, _on_device(getattr(mod, op), device)
         except (UnsupportedConfigError, BackendUnavailableError) as exc:
             if backend != "auto":
                 raise

@@ -165,3 +165,29 @@ def test_get_batch_indices_positions():
     assert b.tolist() == [0, 0, 0, 2, 2]
     assert p.tolist() == [7, 8, 9, 0, 1]
     assert b.dtype == torch.int32 and p.dtype == torch.int32
+
+
+def test_dispatch_runs_backends_on_the_cache_device(monkeypatch):
+    """A CUDA backend function runs with the cache's device current (Triton rejects pointers
+    of another device; a 2-GPU run with a cache on cuda:1 failed without this). Checked on
+    the CPU by recording what ``torch.cuda.device`` is entered with."""
+    import contextlib
+
+    from oscar_kernels import ops
+
+    entered = []
+
+    @contextlib.contextmanager
+    def fake_device(dev):
+        entered.append(dev)
+        yield
+
+    monkeypatch.setattr(torch.cuda, "device", fake_device)
+
+    def kernel(x):
+        return x + 1
+
+    dev = torch.device("cuda", 1)
+    run = ops._on_device(kernel, dev)
+    assert run(41) == 42 and entered == [dev]
+    assert ops._on_device(kernel, torch.device("cpu")) is kernel
