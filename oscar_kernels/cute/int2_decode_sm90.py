@@ -16,9 +16,9 @@ argument, so the ahead-of-time bundle holds 2 small libraries per head_dim):
   ``(num_splits, num_kv_heads, batch_size)``, 4 warps per CTA.
 
   1. Prologue: L2 prefetch of ``R_K[h]`` (and of ``R_V[h]`` from split 0), page-table
-     block, the first 7 chunks of the cp.async ring, and while those are in flight the CTA
+     block, the first 6 chunks of the cp.async ring, and while those are in flight the CTA
      rotates its query rows itself: ``q' = q @ R_K[h]`` (q read in its own dtype through
-     its strides, fp32 FMA chains, 16 rows of ``R_K`` per round trip, bf16 result in
+     its strides, fp32 FMA chains, 64 rows of ``R_K`` per round trip, bf16 result in
      shared memory) -- no separate rotation launch, no ``q.float()`` copy.
   2. Warp ``w`` of split ``s`` owns a contiguous range of 16-token INT2 chunks (one page
      lookup per chunk: ``page_size % 16 == 0``; a 32-entry block of page ids lives in
@@ -40,61 +40,78 @@ synchronization; the tickets are a persistent zeroed buffer per (device, stream)
 
 Data movement: each warp is its own producer: ``cp.async`` (LDGSTS) of whole chunks (K and
 V codes 2 x 16 x D/4 bytes, 2 x 16 scale/zero pairs) into a private 8-stage shared-memory
-ring (36 KB per CTA at D = 128), ``cp.async.wait_group`` + ``bar.warp.sync`` per chunk.
-No TMA: a chunk is 16 scattered 32-byte rows of one head (NHD) and per-warp cp.async keeps
-the page walk in registers. BF16 window chunks use plain vector loads (few per sequence).
+ring (36 KB per CTA at D = 128). The main loop takes two chunks per iteration: one
+``cp.async.commit_group`` for the two chunks it issues, one ``cp.async.wait_group`` +
+``bar.warp.sync``, one set of ring bookkeeping per 32 tokens (an odd last chunk is a
+phantom whose positions are masked by the warp's range end). Per-lane cp.async offsets are
+computed once before the loop. Chunks entirely inside ``[sink, int2_end)`` (all but the
+first/last of a range) take a path without position masks and selects. No TMA: on NHD
+pages a chunk is 16 scattered 32-byte rows of one head; on HND pages 1D bulk copies were
+tried and lost (below). BF16 window chunks use plain vector loads (few per sequence).
 
-Tensor cores (HMMA ``mma.sync.m16n8k16``, bf16 in, fp32 accumulate):
-``S^T = K Q^T`` with 16 tokens as M, the (up to 8) query heads of the KV head as N and
-16 channels as K (8 MMAs per 16 tokens at D = 128, no padded rows); ``O^T = V^T P^T`` with
-16 channels as M, heads as N, the 16 tokens as K. The S^T accumulator is moved to the P^T
-operand with 4 shuffles + 2 ``prmt`` per chunk.
+Tensor cores (HMMA ``mma.sync.m16n8k16``, fp32 accumulate; fp16 operands for INT2 chunks,
+bf16 for BF16 window chunks): ``S^T = K Q^T`` with 16 tokens as M, the (up to 8) query
+heads of the KV head as N and 16 channels as K (8 MMAs per 16 tokens at D = 128, no padded
+rows); ``O^T = V^T P^T`` with 16 channels as M, heads as N, the 16 tokens as K. The S^T
+accumulator is moved to the P^T operand with 4 shuffles + 2 ``prmt`` per chunk.
 
-Dequantization folded per token, codes reach the MMA as exact bf16 values: one ``lop3``
-per bf16 pair, ``(w & mask_i) | 0x43004300`` = ``128 + m_i code`` with the 2-bit field of
-channel quarter ``i`` already at mantissa bits ``2i`` (``m_i`` = 1, 4, 16; quarter 3 takes
-one ``shr`` by 2 per word and ``m_3`` = 16). The query is pre-divided by ``m_i`` (exact),
-window operands are multiplied by ``m_i``, and the 128 offsets are removed after the MMAs
-(``-128 sum_i q'_i / m_i`` per score, ``-128 sum_t p~_t`` per output column, ``p~`` the
-bf16-rounded probabilities the MMA saw). The byte layout (channels ``j + iD/4`` in byte
-``j``) makes the MMA K/M index a fixed channel permutation; the query is loaded and the
-output written through it, so no data is shuffled. Softmax: online per head column; the
-8-lane max reduction and the O/l rescale run in one warp-uniform branch only when some
-lane's scores exceed the running max.
+Dequantization folded per token, codes reach the MMA as exact fp16 values: one ``lop3``
+per fp16 pair, ``(w & mask_i) | 0x64006400`` = ``1024 + m_i code`` with the 2-bit field
+of channel quarter ``i`` at mantissa bits ``2i`` (``m_i`` = 1, 4, 16, 64: fp16 has 10
+mantissa bits, so all four quarters of a byte fit and a 32-bit word needs one ``shr`` by 8
+for its odd bytes; bf16, used before, needed three). The query is pre-divided by ``m_i``
+(exact), window operands are multiplied by ``m_i`` in bf16 (``64 v`` could overflow fp16,
+so window chunks keep bf16 MMAs and their own bf16 query fragments, rebuilt from shared
+memory after the INT2 loop). K: the 1024 offset is removed after the QK MMAs
+(``-1024 sum_i fp16(q'_i / m_i)`` per score, summed from the very values the MMA saw, so
+it cancels exactly; the cancellation costs ~10 of fp32's 24 bits within one 128-channel
+dot product). V: one ``sub.f16x2`` (HADD2, FMA pipe) per operand pair makes it exactly
+``m_i code``, so the O accumulators, which sum over up to hundreds of thousands of tokens,
+carry no offset (an offset removed at the end lost too much precision over long single
+splits: the GPU tests caught it). The byte layout (channels ``j + iD/4`` in byte ``j``)
+makes the MMA K/M index a fixed channel permutation; the query is loaded and the output
+written through it, so no data is shuffled. Softmax: online per head column, running max
+initialized finite (no -inf guards); the 8-lane max reduction and the O/l rescale run in
+one warp-uniform branch only when some lane's scores exceed the running max.
 
-Why these roles and tiles (measured, perf/results/2026-11-29_h200_cute_*): there is no
-separate producer warp because the consumer is the bottleneck, not memory: the INT2 loop
-is 379 SASS instructions per 16-token chunk and warp (about 62 of them in the lazy
-rescale branch, rarely taken; unpack ~95, HMMA 16, softmax/stats ~70, cp.async issue and
-ring addressing ~90, most of it values ptxas rematerializes from ``SR_TID``/constant bank
-under the 128-register cap) and the kernel reaches 44-48 % of the measured HBM read
-ceiling at batch >= 32 with 16 resident warps per SM (4 CTAs, launch bound at 128
-registers). Steps on qwen3-8b batch 32 / 128K (fraction of the read ceiling): register
-loads, no ring, S = Q K^T with 8 padded rows, sub.bf16x2 unpack, 159 registers: 19 %;
-+ cp.async ring and the lop3-only unpack: 34 %; + S^T = K Q^T, warp transpose of P, lazy
-rescale: 40 %; + in-CTA warp combine and 128-register launch bound: 42 %; + lazy max
-reduction: 46 %; + one launch with in-kernel rotation and fused merge, one-wave split
-count: 48 % (1.159 ms, 3.33x FlashInfer BF16; 3c91185).
+Why these roles and tiles (measured, perf/results/2026-11-29_h200_*): Nsight Compute on
+the previous version (b12a836, qwen3-8b batch 128 at 128K, HND) showed an SM-bound kernel:
+issue slots 62 % busy, the integer ALU pipe the busiest (67 % of peak), stalls mostly on
+fixed-latency dependencies and a busy math pipe, DRAM at 47 %. The 2-bit unpack costs about
+one ALU instruction per two codes, so the work per chunk went into fewer ALU instructions:
+executed SASS instructions per 16-token chunk and warp on the fast path 317 -> ~283, ALU
+instructions ~163 -> ~120 (LOP3 68, unpack shifts 8, issue/addressing ~25, softmax/loop
+~19). A separate producer warp was measured and lost: 5 warps per CTA fit only 3 CTAs per
+SM at 128 registers, and 12 consumer warps per SM (instead of 16) lost more than the ~80
+instructions per chunk they saved (6.28 vs 5.01 ms). Steps on qwen3-8b (fraction of the
+read ceiling): earlier sessions 19 % -> 48 % at batch 32 / 128K (register loads -> cp.async
+ring, lop3 unpack, S^T = K Q^T, lazy rescale, in-CTA combine, 128-register bound, one
+launch; 1.159 ms at 3c91185); this session on HND pages, batch 128 / 128K: 4.40 ms (b12a836)
+-> full-chunk fast path, two chunks per iteration, per-lane constants 4.10 ms -> fp16
+operands with offset-free V 3.89 ms (57 %); batch 32 / 128K 1.02-1.04 ms (53-55 %).
 
 Fixed cost per call (the batch-1 regime), measured on the H200 with cold L2: 5801c73 ran
 5-6 launches (q.float(), rotate_q, decode, merge, rotate_o, copy): qwen3-8b batch 1 8K
-46 us, llama3-70b-tp8 batch 1 41-49 us at every context. c5239a1 (3 launches: rotate_q
-in q's dtype 17 us alone, decode 15 us, merge + R_V^T into ``out`` 9 us): 35 us and 32 us.
-3c91185 (this design: 1 launch, or 2 with the merge kernel): qwen3-8b 8K 34.5 us
-(bench_decode) / 30 us (bench breakdown), llama3-70b-tp8 8K 25.6 / 21.6 us, 128K 33.8 us
-(1.02x FlashInfer BF16). What is left at batch 1: ~8 dependent L2 round trips of the
-in-kernel rotation (a wider batch of ``R_K`` rows makes ptxas spill the main loop),
-the merge kernel's launch (~9 us alone) when it runs, the ring prologue latency.
+46 us, llama3-70b-tp8 batch 1 41-49 us at every context. 3c91185 (1 launch, or 2 with the
+merge kernel): qwen3-8b 8K 34.5 us, llama3-70b-tp8 8K 25.6 us, 128K 33.8 us. 52e59d6 (the
+rotation loads 64 rows of ``R_K`` per round trip: 2 dependent L2 round trips at D = 128
+instead of 8): qwen3-8b 8K 34.1 us, llama3-70b-tp8 8K 25.2 us, 128K 32.4 us (1.05x
+FlashInfer BF16). What is left at batch 1: the merge kernel's launch when it runs
+(``num_splits * group > 128``), the ring prologue, the serial page-table and q loads.
 
-Tried and not kept (SASS counts, CPU only): query fragments in shared memory instead of
-16 registers (382 instructions: ptxas rematerializes anyway), per-lane issue constants
-hoisted out of the loop (378), 3 CTAs/SM at 168 registers (351 instructions; on the GPU
-4.4-4.8 vs 5.0-5.3 ms at qwen3-8b b128 128K but 1.22-1.27 vs 1.15 ms at b32: not kept).
+Tried and not kept: query fragments in shared memory instead of 16 registers (SASS 382
+instructions, ptxas rematerializes anyway); 3 CTAs/SM at 168 registers (4.4-4.8 vs 5.0-5.3
+ms at b128 but 1.22-1.27 vs 1.15 ms at b32); a producer warp (above); HND chunks as four
+``cp.async.bulk`` copies (each needs a uniform-register waterfall of ~25 instructions:
+5.11 vs 4.40 ms); shifts as ``mul.hi`` on the FMA pipe (4.69 vs 4.40 ms); 64-bit per-lane
+base pointers for IMAD.WIDE addressing (SASS: more spills); four QK accumulator chains
+(3.955 vs 3.945 ms).
 
-Resource usage (cuobjdump, this bundle): decode D=128 128 registers, 8 B stack (two
-spill stores outside the main loop; the INT2 and window loops have none), 43,008 B
-dynamic smem (ring 36,864 + q rows + q'), 32 HMMA.16816.F32.BF16 + 24 LDGSTS + 1 ATOM in
-the SASS (no UTMALDG); decode D=64 126 registers, no stack; merge 53 registers.
+Resource usage (cuobjdump of the bundle's cubin): decode D=128 128 registers, 72 B stack
+(spills in the BF16 window loop and the rotation prologue; the INT2 main loop has none),
+43,008 B dynamic smem (ring 36,864 + q rows + q'), 64 HMMA.16816.F32 (fp16, INT2) + 16
+HMMA.16816.F32.BF16 (window) + 24 LDGSTS + 1 ATOMG in the SASS (no UTMALDG); decode D=64
+127 registers, no stack; merge 53 registers.
 
 Constraints (``oscar_kernels.cute.can_implement``): ``head_dim`` 64 or 128;
 ``group_size == head_dim``; fp16 scales; ``page_size % 16 == 0``; GQA ratio 1..8; NHD or
@@ -256,8 +273,8 @@ M_INIT = -1.0e30
 MAGIC = 0x64006400
 #: The offset MAGIC adds to every INT2 operand value (removed after the MMAs).
 OFFSET = 1024.0
-#: Multiplier of the code of channel quarter i after the unpack (quarter 3 is shifted by 2
-#: to land on mantissa bits 4-5, like quarter 2).
+#: Multiplier of the code of channel quarter i after the unpack (its field sits at mantissa
+#: bits 2i of the fp16 value).
 QUARTER_MULT = (1.0, 4.0, 16.0, 64.0)
 QUARTER_MASK = (0x00030003, 0x000C000C, 0x00300030, 0x00C000C0)
 
@@ -328,11 +345,11 @@ class Int2PagedDecodeSm90:
       ``quad * D/16 + 4 (r // 8) + r % 2 + 2 j + ((r % 8) // 2) * D/4`` with ``r = 2 s + half``;
     * PV M row ``16 mt + g + 8 rh`` is channel ``g * D/32 + 2 (mt // 4) + rh + (mt % 4) * D/4``.
 
-    INT2 operands reach the tensor cores as ``128 + m_i * code`` (``m_i`` = 1, 4, 16, 16 for
-    channel quarter ``i``): the query is pre-divided by ``m_i`` (exact, powers of two), the
-    128 offsets are removed after the MMAs (``-128 * sum(q'/m)`` per score,
-    ``-128 * sum(p~)`` per output row with ``p~`` the bf16 probabilities the MMA saw), and BF16
-    window operands are multiplied by ``m_i`` so that both share one accumulator.
+    INT2 operands reach the tensor cores as fp16 ``1024 + m_i * code`` (K) and ``m_i * code``
+    (V, offset subtracted before the MMA) with ``m_i`` = 1, 4, 16, 64 for channel quarter
+    ``i``: the query is pre-divided by ``m_i`` (exact, powers of two), the K offset is removed
+    after the QK MMAs (``-1024 * sum(fp16(q'/m))`` per score), and BF16 window operands are
+    multiplied by ``m_i`` (bf16 MMAs) so that both share one accumulator.
 
     Warp roles: every warp is its own producer (``cp.async`` of whole 16-token chunks into a
     per-warp ``stages``-deep shared-memory ring) and consumer (unpack + HMMA); warps of a CTA
@@ -960,7 +977,7 @@ class Int2PagedDecodeSm90:
                     st, scale_log2, quad, tsel, src0, True)
 
     def _unpack_k(self, words, kf):
-        """K code words of one token -> 2*ksteps B fragments of ``128 + m_i * code``."""
+        """K code words of one token -> 2*ksteps A fragments of fp16 ``1024 + m_i * code``."""
         for wi in range(len(words)):
             x = words[wi]
             src = [x, _shr(x, 8)]        # [hh]: bytes 0, 2 / bytes 1, 3 at bits 0-7, 16-23
