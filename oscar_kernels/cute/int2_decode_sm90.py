@@ -928,7 +928,7 @@ class Int2PagedDecodeSm90:
         zk = cute.make_rmem_tensor((2,), Float32)
         sv = cute.make_rmem_tensor((2,), Float32)
         zv = cute.make_rmem_tensor((2,), Float32)
-        valid = cute.make_rmem_tensor((2,), Int32)
+        valid = cute.make_rmem_tensor((2,), Int32) if masked else None
         for n in range(2):
             t = g + 8 * n
             addr = sbase + t * rb + quad * self.nbk
@@ -973,8 +973,8 @@ class Int2PagedDecodeSm90:
                     frag.append(_sub_offset_f16x2(_lop3_magic(x, QUARTER_MASK[i])))
             return frag
 
-        self._chunk(qa, qh, kf0, kf1, v_frag, sk, zk, sv, zv, valid if masked else None, acc,
-                    st, scale_log2, quad, tsel, src0, True)
+        self._chunk(qa, qh, kf0, kf1, v_frag, sk, zk, sv, zv, valid, acc, st, scale_log2,
+                    quad, tsel, src0, True)
 
     def _unpack_k(self, words, kf):
         """K code words of one token -> 2*ksteps A fragments of fp16 ``1024 + m_i * code``."""
