@@ -29,6 +29,9 @@ scheduler/model workers); :func:`register` then adds hooks through SGLang's
 * ``DefaultPoolConfigurator._compute_cell_size`` (around) and
   ``KVCacheConfigurator.resolve_max_num_reqs`` (after): SGLang budgets KV memory for INT2
   pages plus one BF16 window slot per running request (:func:`int2_cell_size`).
+* ``DefaultPoolConfigurator.calculate_pool_sizes`` (around): the BF16 sink store
+  (:func:`int2_sink_store_bytes`) is taken out of the KV byte budget before SGLang turns
+  it into a token capacity (:func:`int2_kv_budget`).
 
 This module imports no SGLang code at import time; the pool and backend classes live in
 ``sglang_backend.py``. The helpers here (configuration, artifact loading, page tables,
@@ -116,8 +119,8 @@ class OscarConfig:
         expect(self.sink_size >= 0, "--oscar-sink-size", "a non-negative int", self.sink_size)
         expect(self.recent_size >= 0, "--oscar-recent-size", "a non-negative int",
                self.recent_size)
-        expect(self.sink_entries >= 1, "--oscar-sink-cache-entries", "a positive int",
-               self.sink_entries)
+        expect(self.sink_entries >= 0, "--oscar-sink-cache-entries",
+               "a non-negative int (0 turns the sink store off)", self.sink_entries)
         expect(self.tokens_per_request >= 1, "--oscar-tokens-per-request", "a positive int",
                self.tokens_per_request)
         expect(self.backend in ("auto", "reference", "triton", "cute"), "--oscar-backend",
@@ -338,6 +341,101 @@ def int2_cell_size(*, num_kv_heads: int, head_dim: int, num_layers: int,
     return per_token * num_layers
 
 
+def int2_sink_store_bytes(*, num_kv_heads: int, head_dim: int, num_layers: int,
+                          config: OscarConfig) -> int:
+    """Bytes of the pool's BF16 sink store: ``sink_entries x sink_size`` K+V rows per layer.
+
+    The store keeps the BF16 sink rows of recently seen prompt prefixes so that a request
+    reusing a radix-cache prefix gets exact sinks (docs/integrations.md section 2.2). It is
+    allocated once, with the pool; ``sink_entries == 0`` or ``sink_size == 0`` gives 0.
+
+    Parameters
+    ----------
+    num_kv_heads : int
+        KV heads on this rank.
+    head_dim : int
+    num_layers : int
+        Layers of this pool (SGLang's effective layers).
+    config : OscarConfig
+        ``sink_entries`` and ``sink_size`` are read.
+
+    Returns
+    -------
+    int
+        ``sink_entries * sink_size * (2 * num_kv_heads * head_dim * 2) * num_layers``.
+
+    Example
+    -------
+    >>> int2_sink_store_bytes(num_kv_heads=8, head_dim=128, num_layers=36,
+    ...                       config=OscarConfig())
+    301989888
+    """
+    for name, val in (("num_kv_heads", num_kv_heads), ("head_dim", head_dim),
+                      ("num_layers", num_layers)):
+        expect(isinstance(val, int) and val >= 1, name, "a positive int", val)
+    bf16_row = 2 * num_kv_heads * head_dim * 2  # K and V, 2 bytes each
+    return config.sink_entries * config.sink_size * bf16_row * num_layers
+
+
+def int2_kv_budget(available_bytes: int, *, sink_store_bytes: int, cell_size: int,
+                   page_size: int, config: OscarConfig) -> int:
+    """KV bytes left for token capacity once the BF16 sink store is taken out.
+
+    SGLang's ``DefaultPoolConfigurator.calculate_pool_sizes`` turns a KV byte budget into
+    ``budget // cell_size`` tokens, rounded down to whole pages. Under ``int2`` it is given
+    ``available_bytes - sink_store_bytes`` instead, so the sink store, allocated with the
+    pool, is inside the budget exactly once and the planned capacity is
+    ``(available_bytes - sink_store_bytes) // cell_size // page_size * page_size``.
+
+    Parameters
+    ----------
+    available_bytes : int
+        SGLang's KV budget (``_profile_available_bytes``: free memory after the weights
+        minus the ``--mem-fraction-static`` headroom).
+    sink_store_bytes : int
+        :func:`int2_sink_store_bytes` of this rank's pool.
+    cell_size : int
+        SGLang's per-token cost (:func:`int2_cell_size` under ``int2``).
+    page_size : int
+        SGLang's ``--page-size``.
+    config : OscarConfig
+        Named in the error message.
+
+    Returns
+    -------
+    int
+        ``available_bytes - sink_store_bytes``; ``available_bytes`` when the store is empty.
+
+    Raises
+    ------
+    ValueError
+        The budget cannot hold the sink store plus one page of tokens; the message names
+        ``--oscar-sink-cache-entries`` and the byte counts.
+
+    Example
+    -------
+    >>> int2_kv_budget(10 << 30, sink_store_bytes=301989888, cell_size=43776, page_size=1,
+    ...                config=OscarConfig())
+    10435428352
+    """
+    for name, val, low in (("available_bytes", available_bytes, 0),
+                           ("sink_store_bytes", sink_store_bytes, 0),
+                           ("cell_size", cell_size, 1), ("page_size", page_size, 1)):
+        expect(isinstance(val, int) and val >= low, name, f"an int >= {low}", val)
+    if sink_store_bytes == 0:
+        return available_bytes
+    need = sink_store_bytes + cell_size * page_size
+    if available_bytes < need:
+        raise ValueError(
+            f"--oscar-sink-cache-entries {config.sink_entries}: expected SGLang's KV budget "
+            f"to hold the BF16 sink store ({config.sink_entries} entries x "
+            f"{config.sink_size} sink rows = {sink_store_bytes:,} B) plus one page of tokens "
+            f"({cell_size * page_size:,} B), {need:,} B in all; got a budget of "
+            f"{available_bytes:,} B. Lower --oscar-sink-cache-entries (0 turns the sink "
+            "store off) or raise --mem-fraction-static")
+    return available_bytes - sink_store_bytes
+
+
 def int2_max_running_requests(token_capacity: int, sglang_choice: int,
                               config: OscarConfig) -> int:
     """Request rows the INT2 memory plan covers: ``token_capacity / tokens_per_request``,
@@ -360,7 +458,9 @@ _PARSER_FLAGS = (
     ("--oscar-sink-cache-entries", dict(type=int, default=DEFAULT_SINK_ENTRIES,
                                         help="INT2 KV cache: BF16 sink rows kept per distinct "
                                              "first-sink_size-token prefix, for prefix-cache "
-                                             "hits (LRU)")),
+                                             "hits (LRU); taken out of the KV memory budget; "
+                                             "0 turns the store off (a prefix hit then "
+                                             "recomputes the prompt)")),
     ("--oscar-tokens-per-request", dict(type=int, default=DEFAULT_TOKENS_PER_REQUEST,
                                         help="INT2 KV cache: memory planning; each running "
                                              "request also holds a BF16 window slot, budgeted "
@@ -438,11 +538,27 @@ def _around_compute_cell_size(original, self, kvc, num_layers, *args, **kwargs):
     from sglang.srt.runtime_context import get_parallel
 
     mc = kvc.model_config
-    cell = int2_cell_size(num_kv_heads=mc.get_num_kv_heads(get_parallel().attn_tp_size),
-                          head_dim=mc.head_dim, num_layers=int(num_layers),
-                          config=OscarConfig.from_env())
+    config = OscarConfig.from_env()
+    dims = dict(num_kv_heads=mc.get_num_kv_heads(get_parallel().attn_tp_size),
+                head_dim=mc.head_dim, num_layers=int(num_layers), config=config)
+    cell = int2_cell_size(**dims)
     log.info("oscar int2: %d bytes of KV budget per token (INT2 pages + BF16 windows)", cell)
+    if self is not None:  # read by _around_calculate_pool_sizes on this configurator
+        self._oscar_sink_store_bytes = int2_sink_store_bytes(**dims)
     return cell
+
+
+def _around_calculate_pool_sizes(original, self, available_bytes, page_size, *args, **kwargs):
+    """Take the BF16 sink store out of the KV budget before SGLang sizes the pool."""
+    sink = getattr(self, "_oscar_sink_store_bytes", 0)
+    if not int2_enabled() or not sink:
+        return original(self, available_bytes, page_size, *args, **kwargs)
+    budget = int2_kv_budget(int(available_bytes), sink_store_bytes=sink,
+                            cell_size=int(self._cell_size), page_size=int(page_size),
+                            config=OscarConfig.from_env())
+    log.info("oscar int2: %d of %d bytes of KV budget go to the BF16 sink store "
+             "(--oscar-sink-cache-entries); %d left for tokens", sink, available_bytes, budget)
+    return original(self, budget, page_size, *args, **kwargs)
 
 
 def _after_resolve_max_num_reqs(result, self, token_capacity, *args, **kwargs):
@@ -513,6 +629,8 @@ HOOKS = (
     ("sglang.srt.mem_cache.common.match_kv_cache", _around_match_kv_cache, "AROUND"),
     ("sglang.srt.model_executor.pool_configurator.DefaultPoolConfigurator._compute_cell_size",
      _around_compute_cell_size, "AROUND"),
+    ("sglang.srt.model_executor.pool_configurator.DefaultPoolConfigurator.calculate_pool_sizes",
+     _around_calculate_pool_sizes, "AROUND"),
     ("sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator.resolve_max_num_reqs",
      _after_resolve_max_num_reqs, "AFTER"),
 )

@@ -94,7 +94,8 @@ class OscarInt2TokenToKVPool(KVCache):
         self.layers = [Int2PagedKVCache.allocate(self.spec, self.num_pages, num_window_slots,
                                                  device=device)
                        for _ in range(self.end_layer - self.start_layer + 1)]
-        # sink store: BF16 rows [0, S) per distinct first-S-token prefix (LRU), per layer
+        # sink store: BF16 rows [0, S) per distinct first-S-token prefix (LRU), per layer;
+        # its bytes (sglang.int2_sink_store_bytes) are taken out of SGLang's KV budget
         e, s_ = config.sink_entries, config.sink_size
         shape = (e, s_, head_num, head_dim)
         self.sink_store = [(torch.empty(shape, dtype=torch.bfloat16, device=device),
@@ -113,7 +114,7 @@ class OscarInt2TokenToKVPool(KVCache):
 
     def sink_assign(self, key: str | None) -> int | None:
         """Entry for ``key`` (reused, or the least recently used one evicted)."""
-        if key is None or self.config.sink_size == 0:
+        if key is None or self.config.sink_size == 0 or self.config.sink_entries == 0:
             return None
         if key in self.sink_index:
             return self.sink_lookup(key)
@@ -177,6 +178,12 @@ def build_int2_pool(configurator, *, max_total_num_tokens: int, mha_pool_class=N
     from sglang.srt.runtime_context import get_parallel
 
     mc = configurator.model_config
+    if getattr(configurator, "post_capture_kv_active", False):
+        # SGLang would re-plan the pool from the free memory after CUDA-graph capture, with
+        # this pool's sink store already allocated (counted twice) and no VMM backing here.
+        raise UnsupportedConfigError("--kv-cache-dtype int2 does not support post-capture KV "
+                                     "sizing (SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=1): the "
+                                     "INT2 pool is allocated at its planned size")
     check_model(use_mla=bool(getattr(configurator, "use_mla_backend", False))
                 or str(getattr(mc, "attention_arch", "")).endswith("MLA"),
                 head_dim=mc.head_dim, v_head_dim=getattr(mc, "v_head_dim", None),
