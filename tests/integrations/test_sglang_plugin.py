@@ -11,6 +11,8 @@ tests/integrations/test_sglang_plugin.py`` (output recorded under results/sglang
 * The backend, driven with real ``ForwardBatch``/``RadixAttention``/``ReqToTokenPool``
   objects, equals the public ops for extend (chunked prefill) and decode, and a request
   reusing a cached 1,000-token prefix in a stale request row gets its window rebuilt.
+* SGLang's own ``KVCacheConfigurator`` plans ``(budget - sink store bytes) // cell size``
+  tokens under the plugin's hooks, and its unchanged plan with ``--oscar-sink-cache-entries 0``.
 """
 
 from __future__ import annotations
@@ -149,6 +151,128 @@ except Exception as e:
     # INT2 pages + 320 B of BF16 window amortized over 2048 tokens per request)
     assert "cell 21888" in r.stdout, r.stdout
     assert "rejected UnsupportedConfigError" in r.stdout and "power of two" in r.stdout
+
+
+PLAN_CODE = """
+import json, os, random, torch
+os.environ.update(OSCAR_KV_CACHE_DTYPE="int2", OSCAR_ROTATION_PATH="{model_dir}/oscar_rotations",
+                  OSCAR_SINK_SIZE="64", OSCAR_RECENT_SIZE="256", OSCAR_BACKEND="reference")
+from sglang.srt.plugins import load_plugins
+load_plugins()
+from sglang.srt.server_args import prepare_server_args
+from sglang.srt.runtime_context import publish, get_parallel
+from sglang.srt.configs.model_config import ModelConfig
+from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
+from sglang.srt.model_executor.pool_configurator import DefaultPoolConfigurator
+from sglang.srt.model_executor.model_runner_components.layer_setup import ModelLayerInfo
+from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import (
+    SpecAuxHiddenStateConfig)
+from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+def configurator(page_size, tp_size=1):
+    sa = prepare_server_args(["--model-path", "{model_dir}", "--device", "cpu",
+                              "--page-size", str(page_size), "--tp-size", str(tp_size)])
+    sa.resolve_once()
+    publish(sa, role="scheduler")
+    # this process plays the last rank
+    get_parallel().override_permanently(tp_rank=tp_size - 1, attn_tp_rank=tp_size - 1)
+    return KVCacheConfigurator(device="cpu", gpu_id=0, attn_dp_size=1, pp_size=1,
+        pp_group=None, model=None, model_config=ModelConfig("{model_dir}"), server_args=sa,
+        kv_cache_dtype=torch.bfloat16, model_dtype=torch.bfloat16, page_size=page_size,
+        sliding_window_size=None, spec_algorithm=SpeculativeAlgorithm.NONE,
+        is_draft_worker=False, post_capture_kv_active=False,
+        spec_aux_config=SpecAuxHiddenStateConfig(), is_hybrid_swa=False,
+        is_hybrid_swa_compress=False, use_mla_backend=False,
+        layer_info=ModelLayerInfo(start_layer=0, end_layer=36, num_effective_layers=36),
+        forward_stream=None, req_to_token_pool=None, token_to_kv_pool_allocator=None,
+        memory_pool_config=None, kv_cache_dtype_str="auto")
+
+def out(**kw):
+    print("PLAN " + json.dumps(kw), flush=True)
+
+rng = random.Random(7)
+for page_size in (1, 16):
+    kvc = configurator(page_size)
+    for entries in (32, 0):
+        os.environ["OSCAR_SINK_ENTRIES"] = str(entries)
+        for _ in range(3):
+            budget = rng.randrange(1 << 29, 1 << 36)
+            cfg = kvc.config_from_budget(budget)
+            # SGLang's own sizing of the same budget, without the plugin's budget hook
+            plain = DefaultPoolConfigurator.calculate_pool_sizes.__wrapped__(
+                DefaultPoolConfigurator(kvc), budget, page_size)
+            out(kind="budget", page_size=page_size, entries=entries, budget=budget,
+                tokens=cfg.max_total_num_tokens, plain=plain.max_total_num_tokens,
+                reqs=kvc.resolve_max_num_reqs(cfg.max_total_num_tokens))
+# the whole startup path: profiled budget -> plan -> pools (the profiler returns a fixed budget)
+os.environ["OSCAR_SINK_ENTRIES"] = "32"
+kvc = configurator(1)
+budget = (1 << 30) + rng.randrange(1 << 20)
+KVCacheConfigurator._profile_available_bytes = lambda self, pre_model_load_memory: budget
+res = kvc.configure(pre_model_load_memory=0)
+pool = res.token_to_kv_pool
+out(kind="configure", budget=budget, pool=type(pool).__name__, tokens=res.max_total_num_tokens,
+    reqs=res.max_running_requests,
+    sink_bytes=sum(k.nbytes + v.nbytes for k, v in pool.sink_store),
+    page_bytes=sum(c.k_codes.nbytes + c.k_params.nbytes + c.v_codes.nbytes + c.v_params.nbytes
+                   for c in pool.layers))
+try:
+    kvc.config_from_budget(301989888 + 43775)
+except ValueError as e:
+    out(kind="error", type=type(e).__name__, msg=str(e))
+# TP rank 1 of 2: half the KV heads, half the sink store
+kvc = configurator(1, tp_size=2)
+budget = rng.randrange(1 << 29, 1 << 36)
+out(kind="tp2", budget=budget, tokens=kvc.config_from_budget(budget).max_total_num_tokens,
+    attn_tp=[get_parallel().attn_tp_rank, get_parallel().attn_tp_size])
+"""
+
+
+def test_memory_plan_takes_sink_store_out_of_the_kv_budget(model_dir):
+    """SGLang's real KVCacheConfigurator (Qwen3-8B config, CPU) under the plugin's hooks:
+    the planned token capacity is (budget - sink store bytes) // cell size, rounded down to
+    pages as SGLang rounds; with --oscar-sink-cache-entries 0 it is SGLang's own sizing of
+    the whole budget; the pool built by configure() holds a sink store of exactly the bytes
+    taken out; a budget that cannot hold the store is a ValueError naming the flag."""
+    r = _run(PLAN_CODE.format(model_dir=model_dir), model_dir)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = [json.loads(line[5:]) for line in r.stdout.splitlines() if line.startswith("PLAN ")]
+    qwen = dict(num_kv_heads=8, head_dim=128, num_layers=36)
+    cfg = plugin.OscarConfig(sink_size=64, recent_size=256)
+    cell = plugin.int2_cell_size(**qwen, config=cfg)
+    sink = plugin.int2_sink_store_bytes(**qwen, config=cfg)
+    assert (cell, sink) == (43_776, 301_989_888)
+    budgets = [x for x in rows if x["kind"] == "budget"]
+    assert len(budgets) == 12
+    for x in budgets:
+        ps, b = x["page_size"], x["budget"]
+        want = (b - (sink if x["entries"] else 0)) // cell // ps * ps
+        assert x["tokens"] == want, x
+        assert x["plain"] == b // cell // ps * ps  # SGLang's own sizing of the whole budget
+        if x["entries"] == 0:
+            assert x["tokens"] == x["plain"], x  # nothing changes without a store
+        else:
+            assert x["plain"] - x["tokens"] in range(sink // cell - ps, sink // cell + ps + 1)
+        # SGLang's request rows for that capacity (context 40,960), capped by the INT2 plan
+        t = x["tokens"]
+        sglang_reqs = min(max(min(int(t / 40960 * 512), 4096), 2048), t // 2)
+        assert x["reqs"] == plugin.int2_max_running_requests(t, sglang_reqs, cfg) == t // 2048
+    conf = next(x for x in rows if x["kind"] == "configure")
+    assert conf["pool"] == "OscarInt2TokenToKVPool"
+    assert conf["tokens"] == (conf["budget"] - sink) // cell
+    assert conf["reqs"] == conf["tokens"] // 2048
+    assert conf["sink_bytes"] == sink  # the pool allocates exactly what the plan took out
+    assert conf["page_bytes"] + conf["sink_bytes"] <= conf["budget"]
+    err = next(x for x in rows if x["kind"] == "error")
+    assert err["type"] == "ValueError"
+    assert "--oscar-sink-cache-entries 32" in err["msg"] and "301,989,888 B" in err["msg"]
+    assert "302,033,663 B" in err["msg"]  # the budget it got
+    tp2 = next(x for x in rows if x["kind"] == "tp2")
+    half = plugin.int2_sink_store_bytes(num_kv_heads=4, head_dim=128, num_layers=36,
+                                        config=cfg)
+    half_cell = plugin.int2_cell_size(num_kv_heads=4, head_dim=128, num_layers=36, config=cfg)
+    assert half == sink // 2 and tp2["attn_tp"] == [1, 2]
+    assert tp2["tokens"] == (tp2["budget"] - half) // half_cell
 
 
 # ------------------------------------------------------ backend with real ForwardBatch
