@@ -282,13 +282,14 @@ H, HQ, D = 2, 8, 64
 class _Harness:
     """The scheduler's part: request rows, token slots, ForwardBatch objects."""
 
-    def __init__(self, gen, *, sink=16, recent=64, num_layers=2):
+    def __init__(self, gen, *, sink=16, recent=64, num_layers=2, sink_entries=32):
         from sglang.srt.layers.radix_attention import RadixAttention
         from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
         from oscar_kernels.integrations.sglang_backend import (OscarInt2AttnBackend,
                                                                OscarInt2TokenToKVPool)
 
-        cfg = plugin.OscarConfig(sink_size=sink, recent_size=recent, backend="reference")
+        cfg = plugin.OscarConfig(sink_size=sink, recent_size=recent, backend="reference",
+                                 sink_entries=sink_entries)
         self.rots = [random_rotation(H, D, gen) for _ in range(num_layers)]
         self.pool = OscarInt2TokenToKVPool(4096, 1, torch.bfloat16, H, D, num_layers, "cpu",
                                            False, rotations=self.rots, config=cfg)
@@ -486,6 +487,34 @@ def test_backend_prefix_hit_equals_independent_requests(hooks_applied, gen):
     for li in range(2):
         assert torch.equal(outs["B"][li], full[li]), li
         assert torch.equal(outs["C"][li], full[li]), li
+
+
+def test_backend_without_sink_store(hooks_applied):
+    """--oscar-sink-cache-entries 0: the pool holds no sink store, a prefill that completes
+    the sinks stores nothing, outputs equal those with a store, and a prefix hit is cut to 0
+    (the request recomputes its prompt)."""
+    from oscar_kernels.integrations.sglang_backend import has_sink_entry, set_row_sink_key
+
+    outs = {}
+    for entries in (32, 0):
+        g = torch.Generator().manual_seed(11)
+        hz = _Harness(g, sink_entries=entries)
+        assert sum(k.nbytes + v.nbytes for k, v in hz.pool.sink_store) == \
+            plugin.int2_sink_store_bytes(num_kv_heads=H, head_dim=D, num_layers=2,
+                                         config=hz.pool.config)
+        row = hz.new_row()
+        key = plugin.sink_key(list(range(200)), 16)
+        set_row_sink_key(row, key)
+        hz.rtp.req_to_token[row, :120] = hz.slots(120)
+        outs[entries] = hz.forward(hz.batch("EXTEND", [row], [120], [0], [120]), _qkv(g, 120))
+        assert has_sink_entry(key) == (entries > 0)
+        assert len(hz.pool.sink_index) == (1 if entries else 0)
+    assert hz.pool.sink_store[0][0].shape[0] == 0
+    for a, b in zip(outs[32], outs[0]):
+        assert torch.equal(a, b)
+    keep = plugin.reusable_prefix_len(120, sink_size=16, recent_size=64, page_size=1,
+                                      have_sinks=has_sink_entry(key))
+    assert keep == 0
 
 
 def test_prefix_match_hook_cuts_new_requests_only(hooks_applied):
