@@ -90,3 +90,22 @@ def test_sink_cache_entries_zero_is_valid():
     with pytest.raises(ValueError, match="--oscar-sink-cache-entries: expected a non-negative "
                                          "int .*got -1"):
         plugin.OscarConfig(sink_entries=-1).validate()
+
+
+def test_qwen3_8b_numbers_in_docs():
+    """The Qwen3-8B TP1 figures quoted in docs/integrations.md section 2.1."""
+    cfg = plugin.OscarConfig()
+    dims = dict(num_kv_heads=8, head_dim=128, num_layers=36, config=cfg)
+    cell = plugin.int2_cell_size(**dims)
+    sink = plugin.int2_sink_store_bytes(**dims)
+    assert plugin.int2_sink_store_bytes(**{**dims, "num_kv_heads": 4}) == 150_994_944
+    got = {}
+    for gib in (10, 100):
+        budget = gib << 30
+        left = plugin.int2_kv_budget(budget, sink_store_bytes=sink, cell_size=cell, page_size=1,
+                                     config=cfg)
+        tokens = _sglang_capacity(left, cell, 1)
+        sglang_reqs = min(max(min(int(tokens / 40960 * 512), 4096), 2048), tokens // 2)
+        got[gib] = (tokens, _sglang_capacity(budget, cell, 1),
+                    plugin.int2_max_running_requests(tokens, sglang_reqs, cfg))
+    assert got == {10: (238_382, 245_280, 116), 100: (2_445_910, 2_452_809, 1_194)}
