@@ -13,7 +13,8 @@ Usage (from the repository root; about 17 s per window and method on 2 CPU threa
         --rotations results/eval/demo/rotations/kv-cov.safetensors \
         --text results/eval/smollm2-135m/heldout2/texts/julius_caesar_gut.txt \
                results/eval/smollm2-135m/heldout2/texts/twelfth_night_gut.txt \
-        --out results/eval/smollm2-135m/heldout2/per_window.json
+               oscar_kernels/calibration/texts/macbeth_gut.txt \
+        --max-windows 12 --out results/eval/smollm2-135m/heldout2/per_window.json
 """
 
 from __future__ import annotations
