@@ -561,6 +561,29 @@ def _stride_text(stride) -> str:
     return f"; one prompt in {stride} of the grid" if (stride or 1) > 1 else ""
 
 
+def _coverage_text(meta: dict, ctx: int) -> str:
+    """Which tokens the windows cover: they are consecutive from the start of the held-out
+    stream (the files concatenated in the order given), so later files may not be read."""
+    total = meta.get("heldout_tokens")
+    if not total or not meta.get("windows"):
+        return ""
+    return (f", consecutive from the start of the held-out stream (files in the order "
+            f"given): its first {min(total, meta['windows'] * ctx):,} of {total:,} tokens")
+
+
+def _passkey_text(meta: dict) -> str:
+    if meta.get("passkey_lengths") is None:
+        return "Passkey: not run."
+    return ("Passkey: lengths "
+            f"{meta.get('passkey_lengths')}, depths {meta.get('passkey_depths')}, "
+            f"{meta.get('passkey_keys_per_cell', 1)} key(s) per (length, depth) (seed "
+            f"{meta.get('passkey_seed', 0)}"
+            + _stride_text(meta.get("passkey_trial_stride"))
+            + f"), greedy, {meta.get('passkey_cache')} cache; "
+            "accuracy with a Wilson 95% interval; lost/won = trials bf16 gets right and the "
+            "method misses / the reverse, on the same prompts (exact McNemar p).")
+
+
 def write_outputs(out_dir: str, rows: Sequence[dict], meta: dict, contexts: Sequence[int],
                   tail_start: int, notes: Sequence[str] = ()) -> tuple[str, str, str]:
     """Write ``results.md``, ``results.json``, ``results.png`` into ``out_dir``."""
@@ -573,18 +596,12 @@ def write_outputs(out_dir: str, rows: Sequence[dict], meta: dict, contexts: Sequ
     lines = [f"# INT2 KV cache evaluation: {meta.get('model_name', 'model')}", "",
              f"Command: `{meta.get('command', '')}`", "",
              f"Held-out text: {meta.get('heldout', '')}; {meta.get('windows')} windows of "
-             f"{ctx} tokens; tail = predicted tokens at positions >= {tail_start}; KL and "
+             f"{ctx} tokens" + _coverage_text(meta, ctx) + "; tail = predicted tokens at "
+             f"positions >= {tail_start}; KL and "
              f"top-1 over the tail positions of the {ctx}-token context. INT2 rows: format "
              f"v1 (sink {meta.get('sink_size')}, recent {meta.get('recent_size')}, group "
              f"{meta.get('group_size')}, fp16 scale/zero), exact teacher-forced emulation of "
-             "the serving read rule. Passkey: lengths "
-             f"{meta.get('passkey_lengths')}, depths {meta.get('passkey_depths')}, "
-             f"{meta.get('passkey_keys_per_cell', 1)} key(s) per (length, depth) (seed "
-             f"{meta.get('passkey_seed', 0)}"
-             + _stride_text(meta.get("passkey_trial_stride"))
-             + f"), greedy, {meta.get('passkey_cache')} cache; "
-             "accuracy with a Wilson 95% interval; lost/won = trials bf16 gets right and the "
-             "method misses / the reverse, on the same prompts (exact McNemar p).", "",
+             "the serving read rule. " + _passkey_text(meta), "",
              table, ""]
     if notes:
         lines += ["Not measured:", ""] + [f"- {n}" for n in notes] + [""]

@@ -96,7 +96,14 @@ def test_perplexity_kl_top1_and_outputs(tmp_path, gen):
     assert os.path.getsize(png) > 1000
     data = json.load(open(js))
     assert [r["label"] for r in data["rows"]] == [m.label for m in methods]
-    assert "naive (searched clip)" in open(md).read()
+    text = open(md).read()
+    assert "naive (searched clip)" in text
+    assert "Passkey: not run." in text and "lengths None" not in text
+    meta.update(heldout="a.txt, b.txt", heldout_tokens=1000, passkey_lengths=[64],
+                passkey_depths=[0.5], passkey_keys_per_cell=2, passkey_cache="emulated")
+    md, _, _ = write_outputs(str(tmp_path / "out2"), rows, meta, [32, 64], 16, notes)
+    text = open(md).read()
+    assert "its first 128 of 1,000 tokens" in text and "Passkey: lengths [64]" in text
 
 
 @pytest.mark.parametrize("argv, max_positions", [
