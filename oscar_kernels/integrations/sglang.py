@@ -26,12 +26,12 @@ scheduler/model workers); :func:`register` then adds hooks through SGLang's
   whose window slots must be rebuilt, and records each row's sink key.
 * ``mem_cache.common.match_kv_cache`` (around): cuts a new request's radix-cache hit so
   the window positions are recomputed (:func:`reusable_prefix_len`; docs/integrations.md).
-* ``DefaultPoolConfigurator._compute_cell_size`` (around) and
-  ``KVCacheConfigurator.resolve_max_num_reqs`` (after): SGLang budgets KV memory for INT2
-  pages plus one BF16 window slot per running request (:func:`int2_cell_size`).
-* ``DefaultPoolConfigurator.calculate_pool_sizes`` (around): the BF16 sink store
-  (:func:`int2_sink_store_bytes`) is taken out of the KV byte budget before SGLang turns
-  it into a token capacity (:func:`int2_kv_budget`).
+* ``DefaultPoolConfigurator._compute_cell_size`` (around),
+  ``DefaultPoolConfigurator.calculate_pool_sizes`` (around) and
+  ``KVCacheConfigurator.resolve_max_num_reqs`` (after): the token capacity is the largest
+  whose INT2 pages, BF16 window slots (one per request row, the padding row, the spares of
+  CUDA-graph padding) and BF16 sink store fit SGLang's KV budget (:func:`int2_memory_plan`);
+  request rows are capped at ``tokens / --oscar-tokens-per-request``.
 
 This module imports no SGLang code at import time; the pool and backend classes live in
 ``sglang_backend.py``. The helpers here (configuration, artifact loading, page tables,
@@ -317,28 +317,275 @@ def sink_key(token_ids, sink_size: int, extra=None) -> str | None:
 
 
 # ------------------------------------------------------------------- memory planning
+def _check_dims(**dims) -> None:
+    for name, val in dims.items():
+        expect(isinstance(val, int) and val >= 1, name, "a positive int", val)
+
+
+def _spec(num_kv_heads: int, head_dim: int, config: OscarConfig):
+    from ..spec import CacheSpec
+
+    return CacheSpec(num_kv_heads=num_kv_heads, head_dim=head_dim, page_size=1,
+                     group_size=config.group_size, sink_size=config.sink_size,
+                     recent_size=config.recent_size)
+
+
 def int2_cell_size(*, num_kv_heads: int, head_dim: int, num_layers: int,
                    config: OscarConfig) -> int:
-    """Bytes SGLang should budget per token of KV capacity under ``int2``.
+    """Average bytes per token of KV capacity when requests average
+    ``config.tokens_per_request`` tokens: INT2 pages plus one BF16 window slot of
+    ``sink_size + recent_size`` rows per request row, spread over its tokens.
 
-    The INT2 pages cost ``spec.int2_bytes_per_token`` per token and layer; every running
-    request also holds a BF16 window slot of ``sink_size + recent_size`` rows per layer,
-    charged here per token as if requests averaged ``config.tokens_per_request`` tokens
-    (:func:`int2_max_running_requests` then caps the request rows to match).
+    A rule of thumb for sizing; the plan itself (:func:`int2_memory_plan`) counts the
+    window slots the pool allocates, not an average.
 
     Example
     -------
     >>> int2_cell_size(num_kv_heads=8, head_dim=128, num_layers=36, config=OscarConfig())
     43776
     """
-    from ..spec import CacheSpec
-
-    spec = CacheSpec(num_kv_heads=num_kv_heads, head_dim=head_dim, page_size=1,
-                     group_size=config.group_size, sink_size=config.sink_size,
-                     recent_size=config.recent_size)
+    spec = _spec(num_kv_heads, head_dim, config)
     window_row = spec.window_size * spec.bf16_bytes_per_token
     per_token = spec.int2_bytes_per_token + -(-window_row // config.tokens_per_request)
     return per_token * num_layers
+
+
+def int2_token_bytes(*, num_kv_heads: int, head_dim: int, num_layers: int,
+                     config: OscarConfig) -> int:
+    """INT2 page bytes of one token of KV capacity, all layers (SGLang's cell size under
+    ``int2``): codes and scale/zero parameters of K and V.
+
+    Example
+    -------
+    >>> int2_token_bytes(num_kv_heads=8, head_dim=128, num_layers=36, config=OscarConfig())
+    20736
+    """
+    _check_dims(num_kv_heads=num_kv_heads, head_dim=head_dim, num_layers=num_layers)
+    return _spec(num_kv_heads, head_dim, config).int2_bytes_per_token * num_layers
+
+
+def int2_window_slot_bytes(*, num_kv_heads: int, head_dim: int, num_layers: int,
+                           config: OscarConfig) -> int:
+    """Bytes of one BF16 window slot, all layers: ``sink_size + recent_size`` K and V rows.
+
+    Example
+    -------
+    >>> int2_window_slot_bytes(num_kv_heads=8, head_dim=128, num_layers=36,
+    ...                        config=OscarConfig())
+    47185920
+    """
+    _check_dims(num_kv_heads=num_kv_heads, head_dim=head_dim, num_layers=num_layers)
+    spec = _spec(num_kv_heads, head_dim, config)
+    return spec.window_size * spec.bf16_bytes_per_token * num_layers
+
+
+def int2_pool_pages(max_total_num_tokens: int, page_size: int) -> int:
+    """Pages :class:`~oscar_kernels.integrations.sglang_backend.OscarInt2TokenToKVPool`
+    allocates for SGLang's ``max_total_num_tokens`` token slots (slot ``s`` is page
+    ``s // page_size``; SGLang's slots run to ``max_total_num_tokens + page_size``).
+
+    Example
+    -------
+    >>> int2_pool_pages(1000, 16)
+    64
+    """
+    expect(isinstance(max_total_num_tokens, int) and max_total_num_tokens >= 0,
+           "max_total_num_tokens", "an int >= 0", max_total_num_tokens)
+    expect(isinstance(page_size, int) and page_size >= 1, "page_size", "a positive int",
+           page_size)
+    return (max_total_num_tokens + page_size) // page_size + 1
+
+
+def int2_graph_max_bs(max_running_requests: int, *, capture_bs, bs_alignment: int = 1) -> int:
+    """Largest decode batch SGLang 0.5.23 captures a CUDA graph for (0: none captured).
+
+    ``get_batch_sizes_to_capture`` (decode runner) takes the ``--cuda-graph-bs-decode``
+    list (``cuda_graph_config.decode.bs``), adds ``ceil(max_running_requests /
+    bs_alignment) * bs_alignment`` when the list goes beyond it, and keeps the sizes that
+    are multiples of ``bs_alignment`` and not beyond that bound. ``init_cuda_graph_state``
+    is called with the largest.
+
+    Parameters
+    ----------
+    max_running_requests : int
+        ``ReqToTokenPool.size`` (request rows, without the padding row 0).
+    capture_bs : sequence of int
+        The decode capture list; empty when decode graphs are off.
+    bs_alignment : int
+        ``get_cuda_graph_batch_size_alignment`` (1 without TBO / gathered buffers).
+
+    Example
+    -------
+    >>> int2_graph_max_bs(116, capture_bs=[1, 2, 4, 8, 12, 16, 24, 256])
+    116
+    >>> int2_graph_max_bs(1194, capture_bs=[1, 2, 4, 8, 12, 16, 24, 256])
+    256
+    """
+    expect(isinstance(max_running_requests, int) and max_running_requests >= 1,
+           "max_running_requests", "a positive int", max_running_requests)
+    expect(isinstance(bs_alignment, int) and bs_alignment >= 1, "bs_alignment",
+           "a positive int", bs_alignment)
+    bs = [int(b) for b in capture_bs or ()]
+    if not bs:
+        return 0
+    limit = -(-max_running_requests // bs_alignment) * bs_alignment
+    if max(bs) > limit:
+        bs.append(limit)
+    bs = [b for b in bs if b % bs_alignment == 0 and 0 < b <= limit]
+    return max(bs) if bs else 0
+
+
+def int2_window_slots(max_running_requests: int, *, graph_max_bs: int) -> int:
+    """Window slots the pool allocates: one per SGLang request row (``max_running_requests``
+    rows plus the padding row 0) and ``graph_max_bs - 1`` spares.
+
+    A CUDA-graph batch padded to ``bs`` entries repeats the padding row 0 (at capture:
+    ``bs`` times); each entry needs its own slot (the ops take distinct slots), so the
+    repeats take spare slots after the request rows: at most ``graph_max_bs - 1``.
+
+    Example
+    -------
+    >>> int2_window_slots(100, graph_max_bs=32)
+    132
+    >>> int2_window_slots(100, graph_max_bs=0)
+    101
+    """
+    expect(isinstance(graph_max_bs, int) and graph_max_bs >= 0, "graph_max_bs",
+           "an int >= 0", graph_max_bs)
+    return max_running_requests + 1 + max(graph_max_bs - 1, 0)
+
+
+@dataclass(frozen=True)
+class Int2MemoryPlan:
+    """What the INT2 pool allocates for a token capacity (bytes, all local layers)."""
+
+    max_total_num_tokens: int
+    page_size: int
+    num_pages: int
+    max_running_requests: int
+    graph_max_bs: int
+    window_slots: int
+    page_bytes: int
+    window_bytes: int
+    sink_store_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.page_bytes + self.window_bytes + self.sink_store_bytes
+
+
+def int2_memory_cost(max_total_num_tokens: int, *, page_size: int, token_bytes: int,
+                     window_slot_bytes: int, sink_store_bytes: int, max_running_requests,
+                     graph_max_bs) -> Int2MemoryPlan:
+    """The bytes the INT2 pool allocates for ``max_total_num_tokens`` token slots.
+
+    Parameters
+    ----------
+    max_total_num_tokens, page_size : int
+    token_bytes : int
+        :func:`int2_token_bytes`.
+    window_slot_bytes : int
+        :func:`int2_window_slot_bytes`.
+    sink_store_bytes : int
+        :func:`int2_sink_store_bytes`.
+    max_running_requests : callable ``int -> int``
+        Request rows SGLang gives this capacity (``resolve_max_num_reqs`` with the INT2
+        cap); non-decreasing.
+    graph_max_bs : callable ``int -> int``
+        Largest captured decode batch for that many request rows (:func:`int2_graph_max_bs`;
+        0 without decode graphs); non-decreasing.
+
+    Returns
+    -------
+    Int2MemoryPlan
+        ``page_bytes = int2_pool_pages(...) * page_size * token_bytes``, ``window_bytes =
+        int2_window_slots(...) * window_slot_bytes``, the sink store.
+    """
+    rows = max(1, int(max_running_requests(max_total_num_tokens)))
+    gbs = int(graph_max_bs(rows))
+    pages = int2_pool_pages(max_total_num_tokens, page_size)
+    slots = int2_window_slots(rows, graph_max_bs=gbs)
+    return Int2MemoryPlan(max_total_num_tokens=max_total_num_tokens, page_size=page_size,
+                          num_pages=pages, max_running_requests=rows, graph_max_bs=gbs,
+                          window_slots=slots, page_bytes=pages * page_size * token_bytes,
+                          window_bytes=slots * window_slot_bytes,
+                          sink_store_bytes=sink_store_bytes)
+
+
+def int2_memory_plan(available_bytes: int, *, page_size: int, token_bytes: int,
+                     window_slot_bytes: int, sink_store_bytes: int, max_running_requests,
+                     graph_max_bs, config: OscarConfig) -> Int2MemoryPlan:
+    """The largest token capacity (whole pages) whose INT2 pool fits SGLang's KV budget.
+
+    Everything the pool and the attention backend allocate is counted once
+    (:func:`int2_memory_cost`): INT2 pages, one BF16 window slot per request row (the rows
+    SGLang derives from the capacity, plus its padding row 0), the spare slots of
+    CUDA-graph padding (the largest captured decode batch, which SGLang also derives from
+    the request rows), and the BF16 sink store. The cost grows with the capacity, so the
+    largest capacity that fits is found by bisection over pages.
+
+    Parameters
+    ----------
+    available_bytes : int
+        SGLang's KV budget (``_profile_available_bytes``).
+    page_size, token_bytes, window_slot_bytes, sink_store_bytes, max_running_requests,
+    graph_max_bs
+        As :func:`int2_memory_cost`.
+    config : OscarConfig
+        Named in the error message.
+
+    Returns
+    -------
+    Int2MemoryPlan
+        ``total_bytes <= available_bytes``; one more page would not fit.
+
+    Raises
+    ------
+    ValueError
+        Not even one page of tokens fits; the message names the flags and byte counts.
+
+    Example
+    -------
+    >>> plan = int2_memory_plan(10 << 30, page_size=1, token_bytes=20736,
+    ...                         window_slot_bytes=47185920, sink_store_bytes=301989888,
+    ...                         max_running_requests=lambda t: t // 2048,
+    ...                         graph_max_bs=lambda r: 0, config=OscarConfig())
+    >>> plan.max_total_num_tokens, plan.window_slots
+    (237567, 116)
+    """
+    for name, val, low in (("available_bytes", available_bytes, 0), ("page_size", page_size, 1),
+                           ("token_bytes", token_bytes, 1),
+                           ("window_slot_bytes", window_slot_bytes, 0),
+                           ("sink_store_bytes", sink_store_bytes, 0)):
+        expect(isinstance(val, int) and val >= low, name, f"an int >= {low}", val)
+
+    def cost(pages: int) -> Int2MemoryPlan:
+        return int2_memory_cost(pages * page_size, page_size=page_size,
+                                token_bytes=token_bytes, window_slot_bytes=window_slot_bytes,
+                                sink_store_bytes=sink_store_bytes,
+                                max_running_requests=max_running_requests,
+                                graph_max_bs=graph_max_bs)
+
+    one = cost(1)
+    if one.total_bytes > available_bytes:
+        raise ValueError(
+            f"--kv-cache-dtype int2: expected SGLang's KV budget to hold one page of tokens "
+            f"({one.page_bytes:,} B of INT2 pages), {one.window_slots} BF16 window slots "
+            f"({one.window_bytes:,} B: --oscar-sink-size {config.sink_size} + "
+            f"--oscar-recent-size {config.recent_size} rows each; "
+            f"{max(one.graph_max_bs - 1, 0)} of them spares for decode CUDA graphs up to "
+            f"batch {one.graph_max_bs}, --cuda-graph-max-bs-decode) and the sink store "
+            f"({one.sink_store_bytes:,} B, --oscar-sink-cache-entries {config.sink_entries}), "
+            f"{one.total_bytes:,} B in all; got a budget of {available_bytes:,} B. Lower "
+            "those flags or raise --mem-fraction-static")
+    lo, hi = 1, max(1, available_bytes // (page_size * token_bytes))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if cost(mid).total_bytes <= available_bytes:
+            lo = mid
+        else:
+            hi = mid - 1
+    return cost(lo)
 
 
 def int2_sink_store_bytes(*, num_kv_heads: int, head_dim: int, num_layers: int,
@@ -370,70 +617,9 @@ def int2_sink_store_bytes(*, num_kv_heads: int, head_dim: int, num_layers: int,
     ...                       config=OscarConfig())
     301989888
     """
-    for name, val in (("num_kv_heads", num_kv_heads), ("head_dim", head_dim),
-                      ("num_layers", num_layers)):
-        expect(isinstance(val, int) and val >= 1, name, "a positive int", val)
+    _check_dims(num_kv_heads=num_kv_heads, head_dim=head_dim, num_layers=num_layers)
     bf16_row = 2 * num_kv_heads * head_dim * 2  # K and V, 2 bytes each
     return config.sink_entries * config.sink_size * bf16_row * num_layers
-
-
-def int2_kv_budget(available_bytes: int, *, sink_store_bytes: int, cell_size: int,
-                   page_size: int, config: OscarConfig) -> int:
-    """KV bytes left for token capacity once the BF16 sink store is taken out.
-
-    SGLang's ``DefaultPoolConfigurator.calculate_pool_sizes`` turns a KV byte budget into
-    ``budget // cell_size`` tokens, rounded down to whole pages. Under ``int2`` it is given
-    ``available_bytes - sink_store_bytes`` instead, so the sink store, allocated with the
-    pool, is inside the budget exactly once and the planned capacity is
-    ``(available_bytes - sink_store_bytes) // cell_size // page_size * page_size``.
-
-    Parameters
-    ----------
-    available_bytes : int
-        SGLang's KV budget (``_profile_available_bytes``: free memory after the weights
-        minus the ``--mem-fraction-static`` headroom).
-    sink_store_bytes : int
-        :func:`int2_sink_store_bytes` of this rank's pool.
-    cell_size : int
-        SGLang's per-token cost (:func:`int2_cell_size` under ``int2``).
-    page_size : int
-        SGLang's ``--page-size``.
-    config : OscarConfig
-        Named in the error message.
-
-    Returns
-    -------
-    int
-        ``available_bytes - sink_store_bytes``; ``available_bytes`` when the store is empty.
-
-    Raises
-    ------
-    ValueError
-        The budget cannot hold the sink store plus one page of tokens; the message names
-        ``--oscar-sink-cache-entries`` and the byte counts.
-
-    Example
-    -------
-    >>> int2_kv_budget(10 << 30, sink_store_bytes=301989888, cell_size=43776, page_size=1,
-    ...                config=OscarConfig())
-    10435428352
-    """
-    for name, val, low in (("available_bytes", available_bytes, 0),
-                           ("sink_store_bytes", sink_store_bytes, 0),
-                           ("cell_size", cell_size, 1), ("page_size", page_size, 1)):
-        expect(isinstance(val, int) and val >= low, name, f"an int >= {low}", val)
-    if sink_store_bytes == 0:
-        return available_bytes
-    need = sink_store_bytes + cell_size * page_size
-    if available_bytes < need:
-        raise ValueError(
-            f"--oscar-sink-cache-entries {config.sink_entries}: expected SGLang's KV budget "
-            f"to hold the BF16 sink store ({config.sink_entries} entries x "
-            f"{config.sink_size} sink rows = {sink_store_bytes:,} B) plus one page of tokens "
-            f"({cell_size * page_size:,} B), {need:,} B in all; got a budget of "
-            f"{available_bytes:,} B. Lower --oscar-sink-cache-entries (0 turns the sink "
-            "store off) or raise --mem-fraction-static")
-    return available_bytes - sink_store_bytes
 
 
 def int2_max_running_requests(token_capacity: int, sglang_choice: int,
@@ -532,6 +718,61 @@ def _around_build_attention_backend(original, *args, **kwargs):
     return OscarInt2AttnBackend(model_runner)
 
 
+def _decode_graph_capture_bs(device) -> list[int]:
+    """SGLang's decode CUDA-graph capture list, or ``[]`` when no decode graph calls
+    ``init_cuda_graph_state`` (``capture_decode_graph``: off on CPU, or with the decode
+    backend ``disabled``: ``--disable-cuda-graph``, ``--cuda-graph-backend-decode disabled``)."""
+    if str(device).startswith("cpu"):
+        return []
+    from sglang.srt.model_executor.cuda_graph_config import Backend
+    from sglang.srt.runtime_context import get_exec
+
+    dec = get_exec().graph.cuda_graph_config.decode
+    if dec.backend == Backend.DISABLED or not dec.bs:
+        return []
+    return [int(b) for b in dec.bs]
+
+
+def _graph_max_bs_fn(device):
+    """``rows -> largest captured decode batch`` for this process (0 without graphs), the
+    larger of SGLang's two batch-size alignments (with and without gathered buffers)."""
+    capture_bs = _decode_graph_capture_bs(device)
+    if not capture_bs:
+        return lambda rows: 0
+    from sglang.srt.utils.common import get_cuda_graph_batch_size_alignment
+
+    aligns = {int(get_cuda_graph_batch_size_alignment(gathered_buffer_required=g))
+              for g in (False, True)}
+    return lambda rows: max(int2_graph_max_bs(int(rows), capture_bs=capture_bs,
+                                              bs_alignment=a) for a in aligns)
+
+
+def planned_window_slots(configurator) -> int:
+    """Window slots the INT2 pool of this ``KVCacheConfigurator`` allocates: SGLang's
+    request rows (recorded by the ``resolve_max_num_reqs`` hook) plus graph spares."""
+    rows = getattr(configurator, "_oscar_max_running_requests", None)
+    if rows is None:
+        raise UnsupportedConfigError("--kv-cache-dtype int2: the INT2 pool was requested "
+                                     "before SGLang resolved max_running_requests (its "
+                                     "window slots are planned from it)")
+    return int2_window_slots(int(rows),
+                             graph_max_bs=int(_graph_max_bs_fn(configurator.device)(rows)))
+
+
+class _QuietLogger:
+    """Silences one logger (SGLang's 'max_running_requests was reduced' warning while the
+    plan tries capacities)."""
+
+    def __init__(self, name: str):
+        self.logger = logging.getLogger(name)
+
+    def __enter__(self):
+        self.was, self.logger.disabled = self.logger.disabled, True
+
+    def __exit__(self, *exc):
+        self.logger.disabled = self.was
+
+
 def _around_compute_cell_size(original, self, kvc, num_layers, *args, **kwargs):
     if not int2_enabled():
         return original(self, kvc, num_layers, *args, **kwargs)
@@ -541,24 +782,46 @@ def _around_compute_cell_size(original, self, kvc, num_layers, *args, **kwargs):
     config = OscarConfig.from_env()
     dims = dict(num_kv_heads=mc.get_num_kv_heads(get_parallel().attn_tp_size),
                 head_dim=mc.head_dim, num_layers=int(num_layers), config=config)
-    cell = int2_cell_size(**dims)
-    log.info("oscar int2: %d bytes of KV budget per token (INT2 pages + BF16 windows)", cell)
+    cell = int2_token_bytes(**dims)
+    log.info("oscar int2: %d bytes of INT2 pages per token (BF16 windows, graph spares and "
+             "the sink store are planned per request / once)", cell)
     if self is not None:  # read by _around_calculate_pool_sizes on this configurator
+        self._oscar_kvc = kvc
+        self._oscar_window_slot_bytes = int2_window_slot_bytes(**dims)
         self._oscar_sink_store_bytes = int2_sink_store_bytes(**dims)
     return cell
 
 
 def _around_calculate_pool_sizes(original, self, available_bytes, page_size, *args, **kwargs):
-    """Take the BF16 sink store out of the KV budget before SGLang sizes the pool."""
-    sink = getattr(self, "_oscar_sink_store_bytes", 0)
-    if not int2_enabled() or not sink:
+    """Size the INT2 pool so that pages, window slots (request rows, padding row, graph
+    spares) and the sink store fit the KV budget (:func:`int2_memory_plan`)."""
+    kvc = getattr(self, "_oscar_kvc", None)
+    if not int2_enabled() or kvc is None:
         return original(self, available_bytes, page_size, *args, **kwargs)
-    budget = int2_kv_budget(int(available_bytes), sink_store_bytes=sink,
-                            cell_size=int(self._cell_size), page_size=int(page_size),
-                            config=OscarConfig.from_env())
-    log.info("oscar int2: %d of %d bytes of KV budget go to the BF16 sink store "
-             "(--oscar-sink-cache-entries); %d left for tokens", sink, available_bytes, budget)
-    return original(self, budget, page_size, *args, **kwargs)
+    config = OscarConfig.from_env()
+    overhead = int(getattr(self, "_fixed_overhead_bytes", 0) or 0)
+    resolve = type(kvc).resolve_max_num_reqs
+    resolve = getattr(resolve, "__wrapped__", resolve)  # SGLang's own, without the cap hook
+
+    def rows(tokens: int) -> int:
+        return int2_max_running_requests(tokens, int(resolve(kvc, tokens)), config)
+
+    with _QuietLogger(type(kvc).__module__):
+        plan = int2_memory_plan(max(int(available_bytes) - overhead, 0),
+                                page_size=int(page_size), token_bytes=int(self._cell_size),
+                                window_slot_bytes=self._oscar_window_slot_bytes,
+                                sink_store_bytes=self._oscar_sink_store_bytes,
+                                max_running_requests=rows,
+                                graph_max_bs=_graph_max_bs_fn(kvc.device), config=config)
+    kvc._oscar_plan = plan
+    log.info("oscar int2: KV budget %d B -> %d tokens (%d B of INT2 pages), %d request rows, "
+             "%d BF16 window slots (%d B, %d spares for decode graphs up to batch %d), sink "
+             "store %d B", available_bytes, plan.max_total_num_tokens, plan.page_bytes,
+             plan.max_running_requests, plan.window_slots, plan.window_bytes,
+             max(plan.graph_max_bs - 1, 0), plan.graph_max_bs, plan.sink_store_bytes)
+    # SGLang divides the budget by the cell size: hand it exactly the planned tokens' pages
+    return original(self, plan.max_total_num_tokens * self._cell_size + overhead, page_size,
+                    *args, **kwargs)
 
 
 def _after_resolve_max_num_reqs(result, self, token_capacity, *args, **kwargs):
@@ -568,6 +831,7 @@ def _after_resolve_max_num_reqs(result, self, token_capacity, *args, **kwargs):
     if capped < result:
         log.info("oscar int2: max running requests %d -> %d (one BF16 window slot each; "
                  "--oscar-tokens-per-request)", result, capped)
+    self._oscar_max_running_requests = capped  # the pool allocates its window slots for it
     return capped
 
 

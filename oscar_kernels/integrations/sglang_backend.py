@@ -6,7 +6,9 @@ Imported only inside SGLang processes (it subclasses SGLang's ``KVCache`` and
 * :class:`OscarInt2TokenToKVPool` holds one :class:`~oscar_kernels.cache.Int2PagedKVCache`
   per local layer. SGLang's token slots map to pages of ``page_size`` slots (``--page-size``,
   1 by default): slot ``s`` is page ``s // page_size``, row ``s % page_size``. Window slots
-  are SGLang's request rows (``req_pool_indices``), plus spare slots for CUDA-graph padding.
+  are SGLang's request rows (``req_pool_indices``), plus spare slots for CUDA-graph padding,
+  all allocated with the pool as planned (``sglang.int2_memory_plan``); the backend only
+  checks that they suffice and never allocates window memory.
 * :class:`OscarInt2AttnBackend` plans the FlashInfer-shaped wrappers once per forward
   (page table from ``req_to_token``) and runs them per layer with that layer's cache and
   rotation: extend = :class:`Int2BatchPrefillWithPagedKVCacheWrapper` (writes the chunk,
@@ -32,7 +34,8 @@ from ..spec import CacheSpec
 from .flashinfer import (Int2BatchDecodeWithPagedKVCacheWrapper,
                          Int2BatchPrefillWithPagedKVCacheWrapper, append_paged_kv_cache)
 from .sglang import (OscarConfig, check_model, load_rotation_artifact,
-                     page_table_from_req_to_token, rank_rotations, rebuild_window_from_pages)
+                     page_table_from_req_to_token, planned_window_slots, rank_rotations,
+                     rebuild_window_from_pages)
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +77,9 @@ class OscarInt2TokenToKVPool(KVCache):
     rotations : list[LayerRotation]
         This rank's rotations for layers ``start_layer..end_layer`` (already sharded).
     config : OscarConfig
+    num_window_slots : int
+        BF16 window slots of every layer (``sglang.planned_window_slots``: request rows,
+        padding row, CUDA-graph spares); fixed for the pool's lifetime.
     dtype : torch.dtype
         The model dtype (what ``get_key_buffer`` users would expect; INT2 has no such buffer).
     """
@@ -136,17 +142,6 @@ class OscarInt2TokenToKVPool(KVCache):
     def num_window_slots(self) -> int:
         return self.layers[0].num_window_slots
 
-    def ensure_window_slots(self, n: int) -> None:
-        """Grow every layer's window store to at least ``n`` slots (before serving)."""
-        if n <= self.num_window_slots:
-            return
-        for cache in self.layers:
-            for name in ("k_window", "v_window"):
-                old = getattr(cache, name)
-                new = torch.empty(self.spec.window_shape(n), dtype=old.dtype, device=old.device)
-                new[: old.shape[0]] = old
-                setattr(cache, name, new)
-
     def get_kv_size_bytes(self):
         k = sum(c.k_codes.nbytes + c.k_params.nbytes + c.k_window.nbytes + sk.nbytes
                 for c, (sk, _) in zip(self.layers, self.sink_store))
@@ -200,13 +195,17 @@ def build_int2_pool(configurator, *, max_total_num_tokens: int, mha_pool_class=N
     rotations = rank_rotations(artifact, tp_rank=tp_rank, tp_size=tp_size, start_layer=first,
                                end_layer=last, device=configurator.device)
     head_num = mc.get_num_kv_heads(tp_size)
+    slots = planned_window_slots(configurator)
     log.info("oscar int2: pool for layers %d..%d, %d KV heads (rank %d/%d), page_size %d, "
              "artifact %s (%s)", first, last, head_num, tp_rank, tp_size,
              configurator.pool_page_size, config.rotation_path, artifact.method)
+    log.info("oscar int2: %d BF16 window slots per layer (request rows, padding row, "
+             "CUDA-graph spares)", slots)
     return OscarInt2TokenToKVPool(
         max_total_num_tokens, configurator.pool_page_size, configurator.kv_cache_dtype,
         head_num, mc.head_dim, li.num_effective_layers, configurator.device, False,
-        rotations=rotations, config=config, start_layer=first, end_layer=last)
+        rotations=rotations, config=config, start_layer=first, end_layer=last,
+        num_window_slots=slots)
 
 
 class OscarInt2AttnBackend(AttentionBackend):
@@ -224,8 +223,13 @@ class OscarInt2AttnBackend(AttentionBackend):
         self.req_to_token_pool = model_runner.req_to_token_pool
         self.page_size = pool.page_size
         self.num_rows = self.req_to_token_pool.req_to_token.shape[0]
-        self.spare_slots = 0
-        pool.ensure_window_slots(self.num_rows)
+        if pool.num_window_slots < self.num_rows:
+            raise UnsupportedConfigError(
+                f"--kv-cache-dtype int2: SGLang's request pool has {self.num_rows} rows "
+                f"(with the padding row); the INT2 pool was planned with "
+                f"{pool.num_window_slots} window slots")
+        #: slots after the request rows, for repeated CUDA-graph padding rows
+        self.spare_slots = pool.num_window_slots - self.num_rows
         ws = torch.empty(0, dtype=torch.uint8, device=self.device)
         backend = pool.config.backend
         self.decode_wrapper = Int2BatchDecodeWithPagedKVCacheWrapper(ws, backend=backend)
@@ -247,8 +251,10 @@ class OscarInt2AttnBackend(AttentionBackend):
                 seen.add(r)
                 out.append(r)
         if spare > self.num_rows + self.spare_slots:
-            self.spare_slots = spare - self.num_rows
-            self.pool.ensure_window_slots(spare)
+            raise UnsupportedConfigError(
+                f"--kv-cache-dtype int2: a batch of {len(rows)} entries repeats request rows "
+                f"{spare - self.num_rows} times; the memory plan reserved {self.spare_slots} "
+                "spare window slots (decode CUDA-graph padding, --cuda-graph-max-bs-decode)")
         return torch.tensor(out, dtype=torch.int32)
 
     def _plan(self, forward_batch, wrapper=None):
@@ -315,7 +321,18 @@ class OscarInt2AttnBackend(AttentionBackend):
 
     # -------------------------------------------------------- CUDA graphs
     def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int):
-        """Persistent page-table buffers for decode graphs, one wrapper per batch size."""
+        """Persistent page-table buffers for decode graphs, one wrapper per batch size.
+
+        A batch padded to ``max_bs`` entries (at capture: ``max_bs`` copies of the padding
+        row 0) needs ``max_bs - 1`` spare window slots; the pool holds the spares the
+        memory plan reserved for the largest decode batch SGLang captures, so nothing is
+        allocated here. Raises ``UnsupportedConfigError`` when they do not suffice.
+        """
+        if max_bs - 1 > self.spare_slots:
+            raise UnsupportedConfigError(
+                f"--kv-cache-dtype int2: decode CUDA graphs up to batch {max_bs} need "
+                f"{max_bs - 1} spare window slots; the memory plan reserved "
+                f"{self.spare_slots} (--cuda-graph-max-bs-decode, --cuda-graph-bs-decode)")
         max_pages = -(-self.req_to_token_pool.req_to_token.shape[1] // self.page_size)
         self.graph_buffers = {
             "indptr": torch.zeros(max_bs + 1, dtype=torch.int32, device=self.device),
@@ -325,8 +342,6 @@ class OscarInt2AttnBackend(AttentionBackend):
             "positions": torch.zeros(max_bs, dtype=torch.int32, device=self.device),
             "batch_indices": torch.arange(max_bs, dtype=torch.int32, device=self.device),
         }
-        self.pool.ensure_window_slots(self.num_rows + max_bs)
-        self.spare_slots = max_bs
 
     def _graph_wrapper(self, bs: int) -> Int2BatchDecodeWithPagedKVCacheWrapper:
         w = self.graph_wrappers.get(bs)
