@@ -32,6 +32,8 @@ scheduler/model workers); :func:`register` then adds hooks through SGLang's
   whose INT2 pages, BF16 window slots (one per request row, the padding row, the spares of
   CUDA-graph padding) and BF16 sink store fit SGLang's KV budget (:func:`int2_memory_plan`);
   request rows are capped at ``tokens / --oscar-tokens-per-request``.
+* ``KVCacheConfigurator._build_token_to_kv_pool`` (around): records SGLang's request rows
+  so that the INT2 pool allocates the planned window slots (:func:`planned_window_slots`).
 
 This module imports no SGLang code at import time; the pool and backend classes live in
 ``sglang_backend.py``. The helpers here (configuration, artifact loading, page tables,
@@ -747,16 +749,21 @@ def _graph_max_bs_fn(device):
                                               bs_alignment=a) for a in aligns)
 
 
-def planned_window_slots(configurator) -> int:
-    """Window slots the INT2 pool of this ``KVCacheConfigurator`` allocates: SGLang's
-    request rows (recorded by the ``resolve_max_num_reqs`` hook) plus graph spares."""
-    rows = getattr(configurator, "_oscar_max_running_requests", None)
-    if rows is None:
+#: ``max_running_requests`` of the pools being built (``_build_token_to_kv_pool`` hook).
+_PLANNED_ROWS: list[int] = []
+
+
+def planned_window_slots(device) -> int:
+    """Window slots the INT2 pool being built allocates: SGLang's request rows (recorded
+    by the ``_build_token_to_kv_pool`` hook), the padding row and the graph spares, as
+    :func:`int2_memory_plan` counted them."""
+    if not _PLANNED_ROWS:
         raise UnsupportedConfigError("--kv-cache-dtype int2: the INT2 pool was requested "
-                                     "before SGLang resolved max_running_requests (its "
-                                     "window slots are planned from it)")
-    return int2_window_slots(int(rows),
-                             graph_max_bs=int(_graph_max_bs_fn(configurator.device)(rows)))
+                                     "outside KVCacheConfigurator._build_token_to_kv_pool "
+                                     "(its window slots are planned from SGLang's "
+                                     "max_running_requests)")
+    rows = _PLANNED_ROWS[-1]
+    return int2_window_slots(rows, graph_max_bs=int(_graph_max_bs_fn(device)(rows)))
 
 
 class _QuietLogger:
@@ -813,7 +820,6 @@ def _around_calculate_pool_sizes(original, self, available_bytes, page_size, *ar
                                 sink_store_bytes=self._oscar_sink_store_bytes,
                                 max_running_requests=rows,
                                 graph_max_bs=_graph_max_bs_fn(kvc.device), config=config)
-    kvc._oscar_plan = plan
     log.info("oscar int2: KV budget %d B -> %d tokens (%d B of INT2 pages), %d request rows, "
              "%d BF16 window slots (%d B, %d spares for decode graphs up to batch %d), sink "
              "store %d B", available_bytes, plan.max_total_num_tokens, plan.page_bytes,
@@ -831,8 +837,20 @@ def _after_resolve_max_num_reqs(result, self, token_capacity, *args, **kwargs):
     if capped < result:
         log.info("oscar int2: max running requests %d -> %d (one BF16 window slot each; "
                  "--oscar-tokens-per-request)", result, capped)
-    self._oscar_max_running_requests = capped  # the pool allocates its window slots for it
     return capped
+
+
+def _around_build_token_to_kv_pool(original, self, *args, **kwargs):
+    """Record the planned request rows while SGLang builds the KV pool (the INT2 pool
+    allocates its window slots for them: :func:`planned_window_slots`)."""
+    sizes = kwargs.get("sizes", args[0] if args else None)
+    if not int2_enabled() or sizes is None:
+        return original(self, *args, **kwargs)
+    _PLANNED_ROWS.append(int(sizes.max_running_requests))
+    try:
+        return original(self, *args, **kwargs)
+    finally:
+        _PLANNED_ROWS.pop()
 
 
 def _after_alloc_rows(result, pool, *args, **kwargs):
@@ -897,6 +915,8 @@ HOOKS = (
      _around_calculate_pool_sizes, "AROUND"),
     ("sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator.resolve_max_num_reqs",
      _after_resolve_max_num_reqs, "AFTER"),
+    ("sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator._build_token_to_kv_pool",
+     _around_build_token_to_kv_pool, "AROUND"),
 )
 
 

@@ -195,7 +195,7 @@ def build_int2_pool(configurator, *, max_total_num_tokens: int, mha_pool_class=N
     rotations = rank_rotations(artifact, tp_rank=tp_rank, tp_size=tp_size, start_layer=first,
                                end_layer=last, device=configurator.device)
     head_num = mc.get_num_kv_heads(tp_size)
-    slots = planned_window_slots(configurator)
+    slots = planned_window_slots(configurator.device)
     log.info("oscar int2: pool for layers %d..%d, %d KV heads (rank %d/%d), page_size %d, "
              "artifact %s (%s)", first, last, head_num, tp_rank, tp_size,
              configurator.pool_page_size, config.rotation_path, artifact.method)

@@ -11,8 +11,9 @@ tests/integrations/test_sglang_plugin.py`` (output recorded under results/sglang
 * The backend, driven with real ``ForwardBatch``/``RadixAttention``/``ReqToTokenPool``
   objects, equals the public ops for extend (chunked prefill) and decode, and a request
   reusing a cached 1,000-token prefix in a stale request row gets its window rebuilt.
-* SGLang's own ``KVCacheConfigurator`` plans ``(budget - sink store bytes) // cell size``
-  tokens under the plugin's hooks, and its unchanged plan with ``--oscar-sink-cache-entries 0``.
+* SGLang's own ``KVCacheConfigurator`` under the plugin's hooks plans a capacity whose INT2
+  pages, window slots (request rows, padding row, CUDA-graph spares) and sink store fit the
+  KV budget, one page short of not fitting; ``configure()`` allocates exactly those bytes.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ print("hooks", sorted(t for t in HookRegistry._patched if "oscar" in str(HookReg
     assert "('OSCAR_RECENT_SIZE', '256')" in r.stdout
     for target in ("_build_mha_kv_pool", "_build_full_attention_backend_from_str",
                    "resolve_once", "alloc_rows", "match_kv_cache", "_compute_cell_size",
-                   "resolve_max_num_reqs"):
+                   "calculate_pool_sizes", "resolve_max_num_reqs", "_build_token_to_kv_pool"):
         assert target in r.stdout, r.stdout
 
 
@@ -124,9 +125,16 @@ mc = ModelConfig("{model_dir}")
 conf = types.SimpleNamespace(model_config=mc, device="cpu", pool_page_size=1,
     kv_cache_dtype=torch.bfloat16, use_mla_backend=False,
     layer_info=types.SimpleNamespace(start_layer=0, end_layer=36, num_effective_layers=36))
+try:  # before resolve_max_num_reqs the window slots cannot be planned
+    KVCacheConfigurator._build_mha_kv_pool(conf, max_total_num_tokens=64, mha_pool_class=None)
+except Exception as e:
+    print("unplanned", type(e).__name__, e)
+from oscar_kernels.integrations import sglang as plugin
+plugin._PLANNED_ROWS.append(4)  # what the _build_token_to_kv_pool hook records
 pool = KVCacheConfigurator._build_mha_kv_pool(conf, max_total_num_tokens=64,
                                                mha_pool_class=None)
 print("pool", type(pool).__name__, len(pool.layers), pool.spec)
+print("slots", pool.num_window_slots)
 runner = types.SimpleNamespace(token_to_kv_pool=pool, device="cpu", model_config=mc,
     req_to_token_pool=ReqToTokenPool(4, 128, "cpu", False))
 backend = abs_._build_full_attention_backend_from_str(model_runner=runner,
@@ -147,36 +155,46 @@ except Exception as e:
         in r.stdout, r.stdout
     assert "sink_size=64, recent_size=256" in r.stdout
     assert "backend OscarInt2AttnBackend 16" in r.stdout
-    # SGLang's KV budget per token under int2 (4 heads on this rank): 36 layers x (288 B of
-    # INT2 pages + 320 B of BF16 window amortized over 2048 tokens per request)
-    assert "cell 21888" in r.stdout, r.stdout
+    assert "unplanned UnsupportedConfigError" in r.stdout and "max_running_requests" in r.stdout
+    # 4 request rows + the padding row; no decode CUDA graph on the CPU, so no spares
+    assert "slots 5" in r.stdout
+    # SGLang's cell size under int2 (4 heads on this rank): 36 layers x 288 B of INT2 pages;
+    # windows, graph spares and the sink store are planned by calculate_pool_sizes
+    assert "cell 10368" in r.stdout, r.stdout
     assert "rejected UnsupportedConfigError" in r.stdout and "power of two" in r.stdout
 
 
 PLAN_CODE = """
-import json, os, random, torch
+import json, os, random, types, torch
 os.environ.update(OSCAR_KV_CACHE_DTYPE="int2", OSCAR_ROTATION_PATH="{model_dir}/oscar_rotations",
                   OSCAR_SINK_SIZE="64", OSCAR_RECENT_SIZE="256", OSCAR_BACKEND="reference")
 from sglang.srt.plugins import load_plugins
 load_plugins()
 from sglang.srt.server_args import prepare_server_args
-from sglang.srt.runtime_context import publish, get_parallel
+from sglang.srt.runtime_context import publish, get_parallel, get_exec
 from sglang.srt.configs.model_config import ModelConfig
 from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
-from sglang.srt.model_executor.pool_configurator import DefaultPoolConfigurator
 from sglang.srt.model_executor.model_runner_components.layer_setup import ModelLayerInfo
 from sglang.srt.model_executor.model_runner_components.spec_aux_hidden_state import (
     SpecAuxHiddenStateConfig)
+from sglang.srt.model_executor.runner.base_cuda_graph_runner import get_batch_sizes_to_capture
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+from oscar_kernels.integrations import sglang as plugin
+from oscar_kernels.integrations.sglang_backend import OscarInt2AttnBackend
 
-def configurator(page_size, tp_size=1):
+GRAPH_BS = ["--cuda-graph-bs-decode"] + [str(b) for b in (1, 2, 4, 8, 12, 16, 24, 32, 40, 48)]
+
+def configurator(page_size, tp_size=1, graphs=True, device="cuda"):
+    # device "cuda": SGLang's decode-graph rule (config_from_budget allocates nothing);
+    # "cpu": configure() below allocates the pools in host memory
     sa = prepare_server_args(["--model-path", "{model_dir}", "--device", "cpu",
-                              "--page-size", str(page_size), "--tp-size", str(tp_size)])
+                              "--page-size", str(page_size), "--tp-size", str(tp_size)]
+                             + (GRAPH_BS if graphs else ["--disable-cuda-graph"]))
     sa.resolve_once()
     publish(sa, role="scheduler")
     # this process plays the last rank
     get_parallel().override_permanently(tp_rank=tp_size - 1, attn_tp_rank=tp_size - 1)
-    return KVCacheConfigurator(device="cpu", gpu_id=0, attn_dp_size=1, pp_size=1,
+    return sa, KVCacheConfigurator(device=device, gpu_id=0, attn_dp_size=1, pp_size=1,
         pp_group=None, model=None, model_config=ModelConfig("{model_dir}"), server_args=sa,
         kv_cache_dtype=torch.bfloat16, model_dtype=torch.bfloat16, page_size=page_size,
         sliding_window_size=None, spec_algorithm=SpeculativeAlgorithm.NONE,
@@ -187,92 +205,156 @@ def configurator(page_size, tp_size=1):
         forward_stream=None, req_to_token_pool=None, token_to_kv_pool_allocator=None,
         memory_pool_config=None, kv_cache_dtype_str="auto")
 
+def captured_max_bs(sa, rows):
+    # SGLang's own capture list for a request pool of `rows` rows (the decode runner's call)
+    runner = types.SimpleNamespace(req_to_token_pool=types.SimpleNamespace(size=rows),
+                                   server_args=sa)
+    return max(get_batch_sizes_to_capture(runner, 1)[0])
+
 def out(**kw):
     print("PLAN " + json.dumps(kw), flush=True)
 
+def at(sa, kvc, tokens, graphs):
+    reqs = kvc.resolve_max_num_reqs(tokens)
+    return dict(reqs=reqs, max_bs=captured_max_bs(sa, reqs) if graphs else 0)
+
 rng = random.Random(7)
 for page_size in (1, 16):
-    kvc = configurator(page_size)
-    for entries in (32, 0):
-        os.environ["OSCAR_SINK_ENTRIES"] = str(entries)
-        for _ in range(3):
-            budget = rng.randrange(1 << 29, 1 << 36)
-            cfg = kvc.config_from_budget(budget)
-            # SGLang's own sizing of the same budget, without the plugin's budget hook
-            plain = DefaultPoolConfigurator.calculate_pool_sizes.__wrapped__(
-                DefaultPoolConfigurator(kvc), budget, page_size)
-            out(kind="budget", page_size=page_size, entries=entries, budget=budget,
-                tokens=cfg.max_total_num_tokens, plain=plain.max_total_num_tokens,
-                reqs=kvc.resolve_max_num_reqs(cfg.max_total_num_tokens))
-# the whole startup path: profiled budget -> plan -> pools (the profiler returns a fixed budget)
+    for graphs in (True, False):
+        sa, kvc = configurator(page_size, graphs=graphs)
+        for entries in (32, 0):
+            os.environ["OSCAR_SINK_ENTRIES"] = str(entries)
+            for _ in range(2):
+                budget = rng.randrange(1 << 29, 1 << 36)
+                t = kvc.config_from_budget(budget).max_total_num_tokens
+                out(kind="budget", page_size=page_size, graphs=graphs, entries=entries,
+                    budget=budget, tokens=t, now=at(sa, kvc, t, graphs),
+                    next=at(sa, kvc, t + page_size, graphs))
 os.environ["OSCAR_SINK_ENTRIES"] = "32"
-kvc = configurator(1)
-budget = (1 << 30) + rng.randrange(1 << 20)
-KVCacheConfigurator._profile_available_bytes = lambda self, pre_model_load_memory: budget
-res = kvc.configure(pre_model_load_memory=0)
-pool = res.token_to_kv_pool
-out(kind="configure", budget=budget, pool=type(pool).__name__, tokens=res.max_total_num_tokens,
-    reqs=res.max_running_requests,
-    sink_bytes=sum(k.nbytes + v.nbytes for k, v in pool.sink_store),
-    page_bytes=sum(c.k_codes.nbytes + c.k_params.nbytes + c.v_codes.nbytes + c.v_params.nbytes
-                   for c in pool.layers))
+# the whole startup path: profiled budget -> plan -> pools (the profiler returns a fixed
+# budget); on the CPU SGLang captures no decode graph, then with SGLang's GPU graph rule
+# forced (the pool holds the spares; the backend's graph state allocates nothing)
+cpu_rule = plugin._decode_graph_capture_bs
+for forced in (False, True):
+    if forced:
+        plugin._decode_graph_capture_bs = lambda device: list(
+            get_exec().graph.cuda_graph_config.decode.bs)
+    sa, kvc = configurator(1, device="cpu")
+    budget = (1 << 30) + rng.randrange(1 << 20)
+    KVCacheConfigurator._profile_available_bytes = lambda self, pre_model_load_memory: budget
+    res = kvc.configure(pre_model_load_memory=0)
+    pool = res.token_to_kv_pool
+    rows = res.req_to_token_pool.req_to_token.shape[0]
+    max_bs = captured_max_bs(sa, res.req_to_token_pool.size) if forced else 0
+    before = sum(pool.get_kv_size_bytes())
+    runner = types.SimpleNamespace(token_to_kv_pool=pool, device="cpu",
+                                   model_config=kvc.model_config,
+                                   req_to_token_pool=res.req_to_token_pool)
+    backend = OscarInt2AttnBackend(runner)
+    errors = []
+    if forced:
+        backend.init_cuda_graph_state(max_bs, max_bs)
+        # a capture batch: max_bs copies of the padding row 0
+        slots = backend._window_slots(torch.zeros(max_bs, dtype=torch.int64)).tolist()
+        assert len(set(slots)) == max_bs and max(slots) < pool.num_window_slots, slots
+    for bad in (max(max_bs, 1) + 1,):
+        try:
+            backend.init_cuda_graph_state(bad, bad)
+        except Exception as e:
+            errors.append(type(e).__name__ + ": " + str(e))
+    out(kind="configure", forced=forced, budget=budget, pool=type(pool).__name__,
+        tokens=res.max_total_num_tokens, reqs=res.max_running_requests, rows=rows,
+        max_bs=max_bs, slots=pool.num_window_slots, spare=backend.spare_slots,
+        next=at(sa, kvc, res.max_total_num_tokens + 1, forced),
+        sink_bytes=sum(k.nbytes + v.nbytes for k, v in pool.sink_store),
+        window_bytes=sum(c.k_window.nbytes + c.v_window.nbytes for c in pool.layers),
+        page_bytes=sum(c.k_codes.nbytes + c.k_params.nbytes + c.v_codes.nbytes
+                       + c.v_params.nbytes for c in pool.layers),
+        kv_size=before, kv_size_after=sum(pool.get_kv_size_bytes()), errors=errors)
+plugin._decode_graph_capture_bs = cpu_rule
+sa, kvc = configurator(16)
 try:
-    kvc.config_from_budget(301989888 + 43775)
+    kvc.config_from_budget(300_000_000)
 except ValueError as e:
     out(kind="error", type=type(e).__name__, msg=str(e))
-# TP rank 1 of 2: half the KV heads, half the sink store
-kvc = configurator(1, tp_size=2)
+# TP rank 1 of 2: half the KV heads, half of every per-token / per-slot / store byte
+sa, kvc = configurator(1, tp_size=2)
 budget = rng.randrange(1 << 29, 1 << 36)
-out(kind="tp2", budget=budget, tokens=kvc.config_from_budget(budget).max_total_num_tokens,
+t = kvc.config_from_budget(budget).max_total_num_tokens
+out(kind="tp2", budget=budget, tokens=t, now=at(sa, kvc, t, True), next=at(sa, kvc, t + 1, True),
     attn_tp=[get_parallel().attn_tp_rank, get_parallel().attn_tp_size])
 """
 
 
-def test_memory_plan_takes_sink_store_out_of_the_kv_budget(model_dir):
-    """SGLang's real KVCacheConfigurator (Qwen3-8B config, CPU) under the plugin's hooks:
-    the planned token capacity is (budget - sink store bytes) // cell size, rounded down to
-    pages as SGLang rounds; with --oscar-sink-cache-entries 0 it is SGLang's own sizing of
-    the whole budget; the pool built by configure() holds a sink store of exactly the bytes
-    taken out; a budget that cannot hold the store is a ValueError naming the flag."""
+def _cost(tokens, at, *, page_size, num_kv_heads=8, sink_entries=32):
+    """Bytes the INT2 pool allocates for `tokens` with SGLang's request rows and largest
+    captured decode batch `at` (pure functions of the plugin)."""
+    cfg = plugin.OscarConfig(sink_size=64, recent_size=256, sink_entries=sink_entries)
+    dims = dict(num_kv_heads=num_kv_heads, head_dim=128, num_layers=36, config=cfg)
+    return plugin.int2_memory_cost(
+        tokens, page_size=page_size, token_bytes=plugin.int2_token_bytes(**dims),
+        window_slot_bytes=plugin.int2_window_slot_bytes(**dims),
+        sink_store_bytes=plugin.int2_sink_store_bytes(**dims),
+        max_running_requests=lambda t: at["reqs"], graph_max_bs=lambda r: at["max_bs"])
+
+
+def test_memory_plan_fits_the_kv_budget_with_all_window_slots(model_dir):
+    """SGLang's real KVCacheConfigurator (Qwen3-8B config, CPU) under the plugin's hooks.
+
+    For random budgets, page sizes 1 and 16, decode CUDA graphs on (capture list up to 48)
+    and off, sink store on and off: the planned capacity's INT2 pages + window slots (SGLang's
+    request rows from its own ``resolve_max_num_reqs``, the padding row, and one spare per
+    repeated padding row up to SGLang's own largest captured batch from
+    ``get_batch_sizes_to_capture``) + sink store fit the budget, and one more page would not.
+    ``configure()`` allocates exactly those bytes (without graphs on the CPU, and with the GPU
+    graph rule forced: the backend's graph state then uses the pool's spares and allocates
+    nothing; one batch more than planned is a typed error naming the flag). Too small a
+    budget is a ValueError naming the flags; TP rank 1 of 2 plans with half the bytes."""
     r = _run(PLAN_CODE.format(model_dir=model_dir), model_dir)
     assert r.returncode == 0, r.stderr[-3000:]
     rows = [json.loads(line[5:]) for line in r.stdout.splitlines() if line.startswith("PLAN ")]
-    qwen = dict(num_kv_heads=8, head_dim=128, num_layers=36)
-    cfg = plugin.OscarConfig(sink_size=64, recent_size=256)
-    cell = plugin.int2_cell_size(**qwen, config=cfg)
-    sink = plugin.int2_sink_store_bytes(**qwen, config=cfg)
-    assert (cell, sink) == (43_776, 301_989_888)
     budgets = [x for x in rows if x["kind"] == "budget"]
-    assert len(budgets) == 12
+    assert len(budgets) == 16
     for x in budgets:
-        ps, b = x["page_size"], x["budget"]
-        want = (b - (sink if x["entries"] else 0)) // cell // ps * ps
-        assert x["tokens"] == want, x
-        assert x["plain"] == b // cell // ps * ps  # SGLang's own sizing of the whole budget
-        if x["entries"] == 0:
-            assert x["tokens"] == x["plain"], x  # nothing changes without a store
+        ps, b, t = x["page_size"], x["budget"], x["tokens"]
+        kw = dict(page_size=ps, sink_entries=x["entries"])
+        assert t % ps == 0 and t > 0
+        now, nxt = _cost(t, x["now"], **kw), _cost(t + ps, x["next"], **kw)
+        assert now.total_bytes <= b < nxt.total_bytes, x
+        assert x["now"]["reqs"] == t // 2048  # SGLang's rows, capped by the INT2 plan
+        if x["graphs"]:
+            assert x["now"]["max_bs"] == min(48, x["now"]["reqs"])
+            assert now.window_slots == x["now"]["reqs"] + x["now"]["max_bs"]
         else:
-            assert x["plain"] - x["tokens"] in range(sink // cell - ps, sink // cell + ps + 1)
-        # SGLang's request rows for that capacity (context 40,960), capped by the INT2 plan
-        t = x["tokens"]
-        sglang_reqs = min(max(min(int(t / 40960 * 512), 4096), 2048), t // 2)
-        assert x["reqs"] == plugin.int2_max_running_requests(t, sglang_reqs, cfg) == t // 2048
-    conf = next(x for x in rows if x["kind"] == "configure")
-    assert conf["pool"] == "OscarInt2TokenToKVPool"
-    assert conf["tokens"] == (conf["budget"] - sink) // cell
-    assert conf["reqs"] == conf["tokens"] // 2048
-    assert conf["sink_bytes"] == sink  # the pool allocates exactly what the plan took out
-    assert conf["page_bytes"] + conf["sink_bytes"] <= conf["budget"]
+            assert now.window_slots == x["now"]["reqs"] + 1
+    for conf in (x for x in rows if x["kind"] == "configure"):
+        assert conf["pool"] == "OscarInt2TokenToKVPool"
+        t, reqs = conf["tokens"], conf["reqs"]
+        assert reqs == t // 2048 and conf["rows"] == reqs + 1
+        plan = _cost(t, {"reqs": reqs, "max_bs": conf["max_bs"]}, page_size=1)
+        # the pool allocates exactly the planned bytes, and they fit; one more page would not
+        assert (conf["page_bytes"], conf["window_bytes"], conf["sink_bytes"]) == \
+            (plan.page_bytes, plan.window_bytes, plan.sink_store_bytes)
+        assert conf["kv_size"] == conf["kv_size_after"] == plan.total_bytes <= conf["budget"]
+        assert _cost(t + 1, conf["next"], page_size=1).total_bytes > conf["budget"]
+        assert conf["slots"] == plan.window_slots
+        assert conf["spare"] == max(conf["max_bs"] - 1, 0)
+        if conf["forced"]:
+            assert conf["max_bs"] == min(48, reqs) > 1
+        assert len(conf["errors"]) == 1 and "UnsupportedConfigError" in conf["errors"][0]
+        assert "--cuda-graph-max-bs-decode" in conf["errors"][0]
+    assert [c["forced"] for c in rows if c["kind"] == "configure"] == [False, True]
     err = next(x for x in rows if x["kind"] == "error")
     assert err["type"] == "ValueError"
-    assert "--oscar-sink-cache-entries 32" in err["msg"] and "301,989,888 B" in err["msg"]
-    assert "302,033,663 B" in err["msg"]  # the budget it got
+    for part in ("--oscar-sink-cache-entries 32", "301,989,888 B", "--cuda-graph-max-bs-decode",
+                 "--oscar-sink-size 64", "got a budget of 300,000,000 B"):
+        assert part in err["msg"], err["msg"]
     tp2 = next(x for x in rows if x["kind"] == "tp2")
-    half = plugin.int2_sink_store_bytes(num_kv_heads=4, head_dim=128, num_layers=36,
-                                        config=cfg)
-    half_cell = plugin.int2_cell_size(num_kv_heads=4, head_dim=128, num_layers=36, config=cfg)
-    assert half == sink // 2 and tp2["attn_tp"] == [1, 2]
-    assert tp2["tokens"] == (tp2["budget"] - half) // half_cell
+    assert tp2["attn_tp"] == [1, 2]
+    now = _cost(tp2["tokens"], tp2["now"], page_size=1, num_kv_heads=4)
+    assert now.sink_store_bytes == 150_994_944
+    assert now.total_bytes <= tp2["budget"] < _cost(tp2["tokens"] + 1, tp2["next"], page_size=1,
+                                                   num_kv_heads=4).total_bytes
 
 
 # ------------------------------------------------------ backend with real ForwardBatch
@@ -282,7 +364,7 @@ H, HQ, D = 2, 8, 64
 class _Harness:
     """The scheduler's part: request rows, token slots, ForwardBatch objects."""
 
-    def __init__(self, gen, *, sink=16, recent=64, num_layers=2, sink_entries=32):
+    def __init__(self, gen, *, sink=16, recent=64, num_layers=2, sink_entries=32, spares=3):
         from sglang.srt.layers.radix_attention import RadixAttention
         from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
         from oscar_kernels.integrations.sglang_backend import (OscarInt2AttnBackend,
@@ -291,10 +373,12 @@ class _Harness:
         cfg = plugin.OscarConfig(sink_size=sink, recent_size=recent, backend="reference",
                                  sink_entries=sink_entries)
         self.rots = [random_rotation(H, D, gen) for _ in range(num_layers)]
-        self.pool = OscarInt2TokenToKVPool(4096, 1, torch.bfloat16, H, D, num_layers, "cpu",
-                                           False, rotations=self.rots, config=cfg)
-        self.pool.num_qo_heads = HQ
         self.rtp = ReqToTokenPool(8, 2048, "cpu", False)
+        # window slots as planned: 8 request rows, the padding row 0, graph spares
+        self.pool = OscarInt2TokenToKVPool(4096, 1, torch.bfloat16, H, D, num_layers, "cpu",
+                                           False, rotations=self.rots, config=cfg,
+                                           num_window_slots=9 + spares)
+        self.pool.num_qo_heads = HQ
         runner = types.SimpleNamespace(token_to_kv_pool=self.pool, req_to_token_pool=self.rtp,
                                        device="cpu")
         self.backend = OscarInt2AttnBackend(runner)
@@ -404,7 +488,9 @@ def test_backend_graph_mode_planning_equals_eager(hooks_applied, gen):
     """The CUDA-graph hooks on the CPU (no graph is captured here): decode planned by
     init_forward_metadata_out_graph into the persistent buffers of init_cuda_graph_state
     (padded batch: a repeated padding row gets a spare window slot) gives the eager
-    results, and the run reads the persistent buffers."""
+    results, and the run reads the persistent buffers. The spares are the pool's planned
+    ones: the graph state allocates no window memory, and a batch beyond them is a typed
+    error naming the flag."""
     outs = []
     for graph in (False, True):
         g = torch.Generator().manual_seed(5)
@@ -415,7 +501,17 @@ def test_backend_graph_mode_planning_equals_eager(hooks_applied, gen):
         hz.forward(hz.batch("EXTEND", rows, [80, 80], [0, 0], [80, 80]), _qkv(g, 160))
         dec = _qkv(g, 4)
         if graph:
+            windows = [(c.k_window.data_ptr(), c.v_window.data_ptr()) for c in hz.pool.layers]
             hz.backend.init_cuda_graph_state(4, 4)
+            # the pool's 3 planned spares serve batch 4; nothing is allocated
+            assert [(c.k_window.data_ptr(), c.v_window.data_ptr())
+                    for c in hz.pool.layers] == windows
+            with pytest.raises(UnsupportedConfigError, match=r"batch 5 need 4 spare window "
+                                                             r"slots.*reserved 3.*"
+                                                             r"--cuda-graph-max-bs-decode"):
+                hz.backend.init_cuda_graph_state(5, 5)
+            with pytest.raises(UnsupportedConfigError, match="repeats request rows 4 times"):
+                hz.backend._window_slots(torch.zeros(5, dtype=torch.int64))
             # bs padded to 4 with SGLang's padding row 0 (twice: the repeat gets a spare slot)
             fb = hz.batch("DECODE", rows + [0, 0], [81, 81, 1, 1])
             hz.backend.init_forward_metadata_out_graph(fb, in_capture=True)
