@@ -272,6 +272,9 @@ for forced in (False, True):
                        + c.v_params.nbytes for c in pool.layers),
         kv_size=before, kv_size_after=sum(pool.get_kv_size_bytes()), errors=errors)
 plugin._decode_graph_capture_bs = cpu_rule
+from sglang.srt.arg_groups.cuda_graph_hook import generate_decode_cuda_graph_batch_sizes
+out(kind="default_bs", h200=generate_decode_cuda_graph_batch_sizes(sa, 256),
+    max32=generate_decode_cuda_graph_batch_sizes(sa, 32))
 sa, kvc = configurator(16)
 try:
     kvc.config_from_budget(300_000_000)
@@ -349,6 +352,11 @@ def test_memory_plan_fits_the_kv_budget_with_all_window_slots(model_dir):
     for part in ("--oscar-sink-cache-entries 32", "301,989,888 B", "--cuda-graph-max-bs-decode",
                  "--oscar-sink-size 64", "got a budget of 300,000,000 B"):
         assert part in err["msg"], err["msg"]
+    # the decode capture lists of the docs table (test_qwen3_8b_numbers_in_docs): SGLang's
+    # default for max_bs 256 (H200 at TP < 4) and for --cuda-graph-max-bs-decode 32
+    lists = next(x for x in rows if x["kind"] == "default_bs")
+    assert lists["h200"] == [1, 2, 4, 8, 12] + list(range(16, 257, 8))
+    assert lists["max32"] == [1, 2, 4, 8, 12, 16, 24, 32]
     tp2 = next(x for x in rows if x["kind"] == "tp2")
     assert tp2["attn_tp"] == [1, 2]
     now = _cost(tp2["tokens"], tp2["now"], page_size=1, num_kv_heads=4)
