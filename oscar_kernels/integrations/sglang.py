@@ -452,6 +452,8 @@ def int2_window_slots(max_running_requests: int, *, graph_max_bs: int) -> int:
     >>> int2_window_slots(100, graph_max_bs=0)
     101
     """
+    expect(isinstance(max_running_requests, int) and max_running_requests >= 1,
+           "max_running_requests", "a positive int", max_running_requests)
     expect(isinstance(graph_max_bs, int) and graph_max_bs >= 0, "graph_max_bs",
            "an int >= 0", graph_max_bs)
     return max_running_requests + 1 + max(graph_max_bs - 1, 0)
@@ -651,9 +653,9 @@ _PARSER_FLAGS = (
                                              "recomputes the prompt)")),
     ("--oscar-tokens-per-request", dict(type=int, default=DEFAULT_TOKENS_PER_REQUEST,
                                         help="INT2 KV cache: memory planning; each running "
-                                             "request also holds a BF16 window slot, budgeted "
-                                             "as if requests averaged this many tokens "
-                                             "(max running requests = tokens / this)")),
+                                             "request also holds a BF16 window slot, planned "
+                                             "inside the KV budget; max running requests are "
+                                             "capped at tokens / this")),
     ("--oscar-backend", dict(type=str, default="auto",
                              choices=["auto", "reference", "triton", "cute"],
                              help="INT2 KV cache: kernel backend")),
