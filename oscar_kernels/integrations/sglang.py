@@ -622,8 +622,8 @@ def int2_sink_store_bytes(*, num_kv_heads: int, head_dim: int, num_layers: int,
     301989888
     """
     _check_dims(num_kv_heads=num_kv_heads, head_dim=head_dim, num_layers=num_layers)
-    bf16_row = 2 * num_kv_heads * head_dim * 2  # K and V, 2 bytes each
-    return config.sink_entries * config.sink_size * bf16_row * num_layers
+    spec = _spec(num_kv_heads, head_dim, config)
+    return config.sink_entries * config.sink_size * spec.bf16_bytes_per_token * num_layers
 
 
 def int2_max_running_requests(token_capacity: int, sglang_choice: int,
