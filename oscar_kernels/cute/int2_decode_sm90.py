@@ -268,26 +268,21 @@ NEG_INF = -math.inf
 #: Initial running max: finite, so that exp2(score - max) needs no -inf guard (masked scores
 #: are -inf and give 0; the first real score replaces it and rescales zeros).
 M_INIT = -1.0e30
-#: fp16 0x6400 = 1024.0 (10 mantissa bits, ulp 1): OR-ing the 2-bit field at bits 2i of a
-#: code byte (i = 0..3, all inside the mantissa) gives 1024 + 4^i c, no shift needed.
-MAGIC = 0x64006400
-#: The offset MAGIC adds to every INT2 operand value (removed after the MMAs).
-OFFSET = 1024.0
+#: INT2 operands are fp16 *subnormals*: the 2-bit field of channel quarter i sits at bits
+#: 2i of a code byte, and ``w & mask_i`` read as an fp16 pair is ``m_i * code * 2^-24``
+#: exactly (subnormal fp16 = mantissa * 2^-24; the tensor cores take subnormal inputs). One
+#: ``and`` per pair, no offset to remove; the 2^-24 is folded into the score scale and the
+#: output normalization.
+SUBNORMAL = 2.0 ** -24
 #: Multiplier of the code of channel quarter i after the unpack (its field sits at mantissa
 #: bits 2i of the fp16 value).
 QUARTER_MULT = (1.0, 4.0, 16.0, 64.0)
 QUARTER_MASK = (0x00030003, 0x000C000C, 0x00300030, 0x00C000C0)
 
 
-def _lop3_magic(x, mask: int):
-    """``(x & mask) | 0x64006400``: an fp16 pair ``1024 + m * code`` (one LOP3)."""
-    return _ptx(f"lop3.b32 {{$w0}}, {{$r0}}, {hex(mask)}, {hex(MAGIC)}, 0xEA;", [Int32], [x])
-
-
-def _sub_offset_f16x2(x):
-    """``x - (1024, 1024)`` on an fp16 pair (exact: the values are 1024 + m * code)."""
-    return _ptx(f"{{ .reg .b32 c; mov.b32 c, {hex(MAGIC)}; sub.rn.f16x2 {{$w0}}, {{$r0}}, c; }}",
-                [Int32], [x])
+def _and_mask(x, mask: int):
+    """``x & mask``: an fp16 pair ``m * code * 2^-24`` (subnormals; one LOP3)."""
+    return _ptx(f"and.b32 {{$w0}}, {{$r0}}, {hex(mask)};", [Int32], [x])
 
 
 def _shr(x, n: int):
@@ -304,6 +299,22 @@ def _mul_bf16x2(x, m: float):
 
 def _cp_async16(smem_addr, gaddr):
     _ptx("cp.async.cg.shared.global [{$r0}], [{$r1}], 16;", [], [smem_addr, gaddr])
+
+
+def _mad_wide_u32(a, b: int, c):
+    """``c + (u64) a * b`` (a: Int32 read as unsigned, c: Int64)."""
+    return _ptx(f"mad.wide.u32 {{$w0}}, {{$r0}}, {b}, {{$r1}};", [Int64], [a, c])
+
+
+def _cp_async16_if(c, n, smem_addr, gaddr):
+    """16-byte cp.async when ``c < n`` (predicated, no branch)."""
+    _ptx("{ .reg .pred p; setp.lt.s32 p, {$r0}, {$r1}; "
+         "@p cp.async.cg.shared.global [{$r2}], [{$r3}], 16; }", [], [c, n, smem_addr, gaddr])
+
+
+def _cp_async4_if(c, n, smem_addr, gaddr):
+    _ptx("{ .reg .pred p; setp.lt.s32 p, {$r0}, {$r1}; "
+         "@p cp.async.ca.shared.global [{$r2}], [{$r3}], 4; }", [], [c, n, smem_addr, gaddr])
 
 
 def _cp_async4(smem_addr, gaddr):
@@ -474,24 +485,20 @@ class Int2PagedDecodeSm90:
         w_end = cutlass.min(n_int2, w_begin + per_warp)
         n_mine = w_end - w_begin
 
-        # ---- page-table blocks: lane l holds the page id of page pn0 + l (and of the next 32)
-        pn0 = Int32(0)
-        blk = Int32(0)
-        blk_next = Int32(0)
-        if n_mine > 0:
-            pn0 = ((ia + w_begin) * CHUNK) // page_size
-            if pn0 + lane < npages:
-                blk = _ldg_s32(indices_ptr + Int64(p_begin + pn0 + lane) * 4)
-            if pn0 + 32 + lane < npages:
-                blk_next = _ldg_s32(indices_ptr + Int64(p_begin + pn0 + 32 + lane) * 4)
-        # pn0, blk, blk_next, page number and slot of the next chunk to issue (loop-carried)
-        pt = cute.make_rmem_tensor((5,), Int32)
-        pt[0] = pn0
-        pt[1] = blk
-        pt[2] = blk_next
-        pt[3] = pn0
-        pt[4] = (ia + w_begin) * CHUNK - pn0 * page_size
         head_row = h * stride_head
+        # ---- chunk rows in blocks of 32: lane l holds the (page, slot, head) row of this
+        # warp's chunk 32 k + l (pt[0]) and the page id of chunk 32 (k + 1) + l (pt[1]),
+        # loaded one block ahead; an issue is then one shuffle
+        tok0 = (ia + w_begin) * CHUNK
+        pt = cute.make_rmem_tensor((2,), Int32)
+        pt[0] = Int32(0)
+        pt[1] = Int32(0)
+        if n_mine > 0:
+            pid0 = self._chunk_page_id(indices_ptr, p_begin, npages, page_size, tok0, lane)
+            pt[1] = self._chunk_page_id(indices_ptr, p_begin, npages, page_size, tok0,
+                                        32 + lane)
+            pt[0] = self._chunk_row(pid0, page_size, stride_page, stride_slot, head_row, tok0,
+                                    lane)
 
         # ---- per-lane cp.async constants (see _issue)
         rb = self.row_bytes
@@ -503,15 +510,19 @@ class Int2PagedDecodeSm90:
             lc_t = lane % 16
             lc_s = (lane // 16) * (CHUNK * rb) + lc_t * rb
             lc_piece = 0
-        lc = (lc_t * stride_slot, lc_s, lc_piece, (lane % 16) * stride_slot,
-              2 * CHUNK * rb + (lane // 16) * (CHUNK * 4) + (lane % 16) * 4,
-              Int64(cutlass.select_(lane >= 16, vp_ptr, kp_ptr)))
+        # lc: (64-bit code source base of this lane, 64-bit scale/zero source base, shared
+        # offsets of its code piece and of its scale pair within a stage); a chunk's sources
+        # are then base + row * bytes (one mad.wide.u32 each)
+        code_base = kc_ptr if cutlass.const_expr(rb == 32) else Int64(
+            cutlass.select_(lane >= 16, vc_ptr, kc_ptr))
+        lc = (code_base + Int64(lc_t * stride_slot) * rb + lc_piece,
+              Int64(cutlass.select_(lane >= 16, vp_ptr, kp_ptr))
+              + Int64((lane % 16) * stride_slot) * 4,
+              lc_s, 2 * CHUNK * rb + (lane // 16) * (CHUNK * 4) + (lane % 16) * 4,
+              vc_ptr - kc_ptr)
         # ---- prologue of the cp.async ring: chunks 0 .. stages-3, one commit group per pair
         for k in cutlass.range_constexpr(self.stages - 2):
-            if k < n_mine:
-                self._issue(kc_ptr, kp_ptr, vc_ptr, vp_ptr, indices_ptr, p_begin, npages,
-                            page_size, stride_page, stride_slot, head_row,
-                            smem_warp + k * self.stage_bytes, lane, pt, lc)
+            self._issue(k, n_mine, smem_warp + k * self.stage_bytes, pt[0], lc)
             if k % 2 == 1:
                 _cp_commit()
 
@@ -525,16 +536,15 @@ class Int2PagedDecodeSm90:
         gq = cutlass.min(g, group - 1)
         qkeep = Float32(cutlass.select_(g < group, 1.0, 0.0))
         qa = cute.make_rmem_tensor((2 * self.ksteps,), Int32)
-        qsum, qsum2 = self._query_frags(s_q, gq, qkeep, quad, qa, True)
+        qsum = self._query_frags(s_q, gq, qkeep, quad, qa, True)
         qsum = qsum + _shfl_bfly(qsum, 1)
         qsum = qsum + _shfl_bfly(qsum, 2)
-        qsum2 = qsum2 + _shfl_bfly(qsum2, 1)
-        qsum2 = qsum2 + _shfl_bfly(qsum2, 2)
-        # per-thread constants of its two score columns, heads 2 quad + {0, 1}
-        qh = cute.make_rmem_tensor((4,), Float32)   # qsum[2], -OFFSET * qsum2[2]
+        # per-thread constants of its two score columns, heads 2 quad + {0, 1}:
+        # scale_log2 * sum(q'), and the INT2 score scale scale_log2 * 2^24 (subnormal codes)
+        qh = cute.make_rmem_tensor((3,), Float32)
         for j in cutlass.range_constexpr(2):
-            qh[j] = _shfl_idx(qsum, (2 * quad + j) * 4)
-            qh[2 + j] = _shfl_idx(qsum2, (2 * quad + j) * 4) * Float32(-OFFSET)
+            qh[j] = _shfl_idx(qsum, (2 * quad + j) * 4) * scale_log2
+        qh[2] = scale_log2 * Float32(1.0 / SUBNORMAL)
         # transpose selector: this lane's P^T head g sits in half g % 2 of a packed pair
         tsel = Int32(cutlass.select_(g % 2 == 0, 0x5410, 0x7632))
         src0 = (2 * quad) * 4 + g // 2
@@ -556,12 +566,15 @@ class Int2PagedDecodeSm90:
         end_w = cutlass.min(int2_end, (ia + w_end) * CHUNK)
         for i in cutlass.range(0, n_mine, 2):
             j = i + self.stages - 2
+            if (j & 31) == 0:     # j is even: chunks j and j + 1 share a block
+                pt[0] = self._chunk_row(pt[1], page_size, stride_page, stride_slot, head_row,
+                                        tok0, j + lane)
+                pt[1] = self._chunk_page_id(indices_ptr, p_begin, npages, page_size, tok0,
+                                            j + 32 + lane)
             for u in cutlass.range_constexpr(2):
-                if j + u < n_mine:
-                    self._issue(kc_ptr, kp_ptr, vc_ptr, vp_ptr, indices_ptr, p_begin, npages,
-                                page_size, stride_page, stride_slot, head_row,
-                                smem_warp + ((j + u) & (self.stages - 1)) * self.stage_bytes,
-                                lane, pt, lc)
+                self._issue(j + u, n_mine,
+                            smem_warp + ((j + u) & (self.stages - 1)) * self.stage_bytes,
+                            pt[0], lc)
             _cp_commit()
             _cp_wait(self.stages // 2 - 1)
             _syncwarp()
@@ -619,7 +632,7 @@ class Int2PagedDecodeSm90:
             if g == 0:
                 _sts_f32(wbase + head * 4, lse2)
             for mt in cutlass.range_constexpr(self.mtiles):
-                inv_m = 1.0 / QUARTER_MULT[mt % 4]
+                inv_m = 1.0 / (QUARTER_MULT[mt % 4] * SUBNORMAL)
                 for rh in cutlass.range_constexpr(2):
                     ch = self.pv_channel(mt, rh, g)
                     val = (acc[4 * mt + 2 * rh + j] * inv_m + corr_j) * inv_j
@@ -659,11 +672,10 @@ class Int2PagedDecodeSm90:
     # ------------------------------------------------------------- helpers
     def _query_frags(self, s_q, gq, qkeep, quad, qa, f16: bool):
         """B fragments of head ``gq``'s q' (from shared memory) divided by ``m_i``, as fp16
-        (``f16``: INT2 chunks) or bf16 (window chunks); returns this lane's partial sums of
-        q' and of q'/m_i (exact in float32 from the bf16 q')."""
+        (``f16``: INT2 chunks) or bf16 (window chunks); returns this lane's partial sum of
+        q' (exact in float32 from the bf16 q')."""
         d = self.d
         qsum = Float32(0.0)
-        qsum2 = Float32(0.0)
         runs = []
         for wi in range(self.nbk // 4):
             for i in range(4):
@@ -679,14 +691,9 @@ class Int2PagedDecodeSm90:
                 inv_m = 1.0 / QUARTER_MULT[i]
                 for hh in range(2):
                     # r = 8 wi + 2 i + hh holds channels (ch + hh, ch + hh + 2)
-                    w = pack(qe[hh] * inv_m, qe[hh + 2] * inv_m)
-                    qa[wi * 8 + i * 2 + hh] = w
-                    # the sum of the values the MMA sees (fp16 q'/m_i is exact unless it is
-                    # subnormal), so that the OFFSET term cancels exactly
-                    lo, hi = _f16x2_to_f32(w) if f16 else _bf16x2_to_f32(w)
-                    qsum2 = qsum2 + (lo + hi)
+                    qa[wi * 8 + i * 2 + hh] = pack(qe[hh] * inv_m, qe[hh + 2] * inv_m)
                 qsum = qsum + ((qe[0] + qe[1]) + (qe[2] + qe[3]))
-        return qsum, qsum2
+        return qsum
 
     @cute.jit
     def _ticket_and_merge(self, opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, counter_ptr,
@@ -878,43 +885,33 @@ class Int2PagedDecodeSm90:
         return _fmax(x, _shfl_bfly(x, 16))
 
     @cute.jit
-    def _issue(self, kc_ptr, kp_ptr, vc_ptr, vp_ptr, indices_ptr, p_begin, npages, page_size,
-               stride_page, stride_slot, hrow, sdst, lane, pt, lc):
-        """cp.async the next 16-token chunk (K/V codes + scale/zero pairs) into a ring stage.
+    def _chunk_page_id(self, indices_ptr, p_begin, npages, page_size, tok0, c):
+        """Page id of this warp's chunk ``c`` (0 past the sequence's last page)."""
+        pn = (tok0 + c * CHUNK) // page_size
+        pid = Int32(0)
+        if pn < npages:
+            pid = _ldg_s32(indices_ptr + Int64(p_begin + pn) * 4)
+        return pid
 
-        Chunks are issued in order; ``pt[3]``/``pt[4]`` track its page number and slot,
-        ``pt[0..2]`` the page-table block held in registers (one page id per lane)."""
-        pn = pt[3]
-        slot0 = pt[4]
-        nslot = slot0 + CHUNK
-        if nslot == page_size:
-            pt[3] = pn + 1
-            pt[4] = 0
+    def _chunk_row(self, pid, page_size, stride_page, stride_slot, head_row, tok0, c):
+        """(page, slot, head) row of this warp's chunk ``c`` in page ``pid``."""
+        t = tok0 + c * CHUNK
+        return pid * stride_page + (t - (t // page_size) * page_size) * stride_slot + head_row
+
+    def _issue(self, c, n_mine, sdst, blk, lc):
+        """cp.async this warp's chunk ``c`` (K/V codes + scale/zero pairs) into ring stage
+        ``sdst`` (predicated off past ``n_mine``); its row comes from the block ``blk``."""
+        prow = _shfl_idx(blk, c & 31)
+        # the row fits int32 (checked on the host): one wide multiply per source address
+        code_src, par_src, s_c, s4, dv = lc
+        ka = _mad_wide_u32(prow, self.row_bytes, code_src)
+        pa = _mad_wide_u32(prow, 4, par_src)
+        if cutlass.const_expr(self.row_bytes == 32):
+            _cp_async16_if(c, n_mine, sdst + s_c, ka)
+            _cp_async16_if(c, n_mine, sdst + s_c + CHUNK * 32, ka + dv)
         else:
-            pt[4] = nslot
-        if pn - pt[0] >= 32:
-            pt[0] = pt[0] + 32
-            pt[1] = pt[2]
-            nxt = Int32(0)
-            if pt[0] + 32 + lane < npages:
-                nxt = _ldg_s32(indices_ptr + Int64(p_begin + pt[0] + 32 + lane) * 4)
-            pt[2] = nxt
-        page = _shfl_idx(pt[1], pn - pt[0])
-        # row = (page, slot, head) index in units of one token-head; fits int32 (checked on
-        # the host), one wide multiply per address
-        prow = page * stride_page + slot0 * stride_slot + hrow
-        rb = self.row_bytes
-        # per-lane constants (lc): code row t_c, its shared offset, the 16-byte piece; scale
-        # row t4 and its shared offset (K scales for lanes < 16, V scales above)
-        t_c, s_c, piece, t4, s4, psrc = lc
-        if cutlass.const_expr(rb == 32):
-            off = Int64(prow + t_c) * rb + piece
-            _cp_async16(sdst + s_c, kc_ptr + off)
-            _cp_async16(sdst + CHUNK * rb + s_c, vc_ptr + off)
-        else:
-            src = Int64(cutlass.select_(lane >= 16, vc_ptr, kc_ptr))
-            _cp_async16(sdst + s_c, src + Int64(prow + t_c) * rb)
-        _cp_async4(sdst + s4, psrc + Int64(prow + t4) * 4)
+            _cp_async16_if(c, n_mine, sdst + s_c, ka)
+        _cp_async4_if(c, n_mine, sdst + s4, pa)
 
     def _int2_chunk(self, sbase, pos0, sink, int2_end, qa, qh, acc, st, scale_log2, quad, g,
                     tsel, src0, masked: bool):
@@ -968,22 +965,22 @@ class Int2PagedDecodeSm90:
             for pair in range(2):
                 for rh in range(2):
                     x = xs[pair][u] if rh == 0 else shifted[pair][u]
-                    # m * code exactly (HADD2, FMA pipe): no 1024 offset in the O
+                    # m * code * 2^-24 exactly (fp16 subnormal): no offset in the O
                     # accumulators, which sum over thousands of tokens
-                    frag.append(_sub_offset_f16x2(_lop3_magic(x, QUARTER_MASK[i])))
+                    frag.append(_and_mask(x, QUARTER_MASK[i]))
             return frag
 
         self._chunk(qa, qh, kf0, kf1, v_frag, sk, zk, sv, zv, valid, acc, st, scale_log2,
                     quad, tsel, src0, True)
 
     def _unpack_k(self, words, kf):
-        """K code words of one token -> 2*ksteps A fragments of fp16 ``1024 + m_i * code``."""
+        """K code words of one token -> 2*ksteps A fragments of fp16 ``m_i * code * 2^-24``."""
         for wi in range(len(words)):
             x = words[wi]
             src = [x, _shr(x, 8)]        # [hh]: bytes 0, 2 / bytes 1, 3 at bits 0-7, 16-23
             for i in range(4):
                 for hh in range(2):
-                    kf[wi * 8 + i * 2 + hh] = _lop3_magic(src[hh], QUARTER_MASK[i])
+                    kf[wi * 8 + i * 2 + hh] = _and_mask(src[hh], QUARTER_MASK[i])
 
     def _win_addr(self, base, wslot, win_rows, num_kv_heads, h, wrow):
         return base + ((Int64(wslot) * Int64(win_rows) + Int64(wrow)) * Int64(num_kv_heads)
@@ -1044,11 +1041,12 @@ class Int2PagedDecodeSm90:
         s_acc = [chains[0][i] + chains[1][i] for i in range(4)]
         # s_acc[2 n + j]: token g + 8 n, head 2 quad + j
         sc = []
+        sk2 = [sk[n] * qh[2] for n in range(2)] if is_int2 else None
         for n in range(2):
             for j in range(2):
                 raw = s_acc[2 * n + j]
                 if is_int2:
-                    x = (sk[n] * (raw + qh[2 + j]) + zk[n] * qh[j]) * scale_log2
+                    x = sk2[n] * raw + zk[n] * qh[j]
                 else:
                     x = raw * scale_log2
                 sc.append(x if valid is None else _sel_f32(valid[n], x, Float32(NEG_INF)))
@@ -1066,7 +1064,8 @@ class Int2PagedDecodeSm90:
                 st[4 + j] = st[4 + j] + (p0 * zv[0] + p1 * zv[1])
                 pt.append([p0 * sv[0], p1 * sv[1]])
             else:
-                pt.append([p0, p1])
+                # window P on the INT2 operands' 2^-24 scale (bf16 has the exponent range)
+                pt.append([p0 * Float32(SUBNORMAL), p1 * Float32(SUBNORMAL)])
         for n in range(2):
             packed.append((_pack_f16x2 if is_int2 else _pack_bf16x2)(pt[0][n], pt[1][n]))
         # P^T B fragment of lane (g, q): tokens 2q, 2q+1 (+8) of head g
