@@ -307,14 +307,15 @@ def _mad_wide_u32(a, b: int, c):
 
 
 def _cp_async16_if(c, n, smem_addr, gaddr):
-    """16-byte cp.async when ``c < n`` (predicated, no branch)."""
-    _ptx("{ .reg .pred p; setp.lt.s32 p, {$r0}, {$r1}; "
-         "@p cp.async.cg.shared.global [{$r2}], [{$r3}], 16; }", [], [c, n, smem_addr, gaddr])
+    """16-byte cp.async of which nothing is read unless ``c < n`` (src-size 0: the stage
+    bytes are zero-filled, no global access; no predicate, no branch)."""
+    _ptx("{ .reg .pred p; .reg .b32 sz; setp.lt.s32 p, {$r0}, {$r1}; selp.b32 sz, 16, 0, p; "
+         "cp.async.cg.shared.global [{$r2}], [{$r3}], 16, sz; }", [], [c, n, smem_addr, gaddr])
 
 
 def _cp_async4_if(c, n, smem_addr, gaddr):
-    _ptx("{ .reg .pred p; setp.lt.s32 p, {$r0}, {$r1}; "
-         "@p cp.async.ca.shared.global [{$r2}], [{$r3}], 4; }", [], [c, n, smem_addr, gaddr])
+    _ptx("{ .reg .pred p; .reg .b32 sz; setp.lt.s32 p, {$r0}, {$r1}; selp.b32 sz, 4, 0, p; "
+         "cp.async.ca.shared.global [{$r2}], [{$r3}], 4, sz; }", [], [c, n, smem_addr, gaddr])
 
 
 def _cp_async4(smem_addr, gaddr):
