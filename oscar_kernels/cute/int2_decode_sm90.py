@@ -450,13 +450,14 @@ class Int2PagedDecodeSm90:
         s_x = smem + self.ring_bytes                 # [MAX_GROUP, d] float32: q rows
         s_q = s_x + MAX_GROUP * d * 4                # [MAX_GROUP, d] bf16: q' = q @ R_K
 
-        # ---- L2 prefetch of R_K[h] (every CTA multiplies by it) and, from split 0, of R_V[h]
-        # (the merge tail / merge kernel reads it): their dependent loads then hit L2
+        # ---- L2 prefetch, from split 0 only, of R_K[h] (the later rows of the query
+        # rotation) and of R_V[h] (the merge tail / merge kernel reads it). Every split
+        # prefetching R_K cost qwen3-8b batch 1 (528 CTAs) several us of L2 requests.
         lines = d * d * 4 // 128 // (32 * NUM_WARPS)
-        rk_rows = rk_ptr + Int64(h) * Int64(rk_stride) * 4 + Int64(tidx) * 128
-        for i in cutlass.range_constexpr(lines):
-            _prefetch_l2(rk_rows + i * (32 * NUM_WARPS * 128))
         if split == 0:
+            rk_rows = rk_ptr + Int64(h) * Int64(rk_stride) * 4 + Int64(tidx) * 128
+            for i in cutlass.range_constexpr(lines):
+                _prefetch_l2(rk_rows + i * (32 * NUM_WARPS * 128))
             rv_rows = rv_ptr + Int64(h) * Int64(rv_stride) * 4 + Int64(tidx) * 128
             for i in cutlass.range_constexpr(lines):
                 _prefetch_l2(rv_rows + i * (32 * NUM_WARPS * 128))
@@ -720,8 +721,15 @@ class Int2PagedDecodeSm90:
                       q_kind, q_stride_b, q_stride_h, tidx):
         """``s_q[g, c] = bf16(sum_k q[b, h * group + g, k] R_K[h, k, c])`` for ``g < group``:
         q rows staged as float32 in ``s_x``, thread ``c < d`` owns output channel ``c``
-        (``R_K`` rows read coalesced, 8 in flight), float32 FMA chains like the reference."""
+        (``R_K`` rows read coalesced, ``ROT_K`` in flight; the first ``ROT_K`` are issued
+        before the q rows are staged, so both memory round trips overlap), float32 FMA
+        chains like the reference."""
         d = self.d
+        mcol = rk_ptr + (Int64(h) * Int64(rk_stride) + Int64(tidx)) * 4
+        m0 = []
+        if cutlass.const_expr(d == 32 * NUM_WARPS):
+            for i in cutlass.range_constexpr(ROT_K):
+                m0.append(_ldg_f32_nc(mcol + Int64(i) * (d * 4)))
         for e in cutlass.range(tidx, group * d, 32 * NUM_WARPS):
             gg = e // d
             k = e - gg * d
@@ -733,11 +741,11 @@ class Int2PagedDecodeSm90:
             acc = cute.make_rmem_tensor((MAX_GROUP,), Float32)
             for gg in cutlass.range_constexpr(MAX_GROUP):
                 acc[gg] = Float32(0.0)
-            mcol = rk_ptr + (Int64(h) * Int64(rk_stride) + Int64(tidx)) * 4
-            for k0 in cutlass.range(0, d, ROT_K):           # ROT_K loads in flight
-                m = []
-                for i in cutlass.range_constexpr(ROT_K):
-                    m.append(_ldg_f32_nc(mcol + Int64(k0 + i) * (d * 4)))
+            for r in cutlass.range_constexpr(d // ROT_K):
+                k0 = r * ROT_K
+                m = m0
+                if cutlass.const_expr(r > 0 or d != 32 * NUM_WARPS):
+                    m = [_ldg_f32_nc(mcol + Int64(k0 + i) * (d * 4)) for i in range(ROT_K)]
                 for gg in cutlass.range_constexpr(MAX_GROUP):
                     if gg < group:
                         a = acc[gg]
@@ -1142,6 +1150,13 @@ class Int2DecodeMergeSm90:
         rv = []
         for dd in cutlass.range_constexpr(0, dq, 4):
             rv.append(_ldg_v4f(rrow + dd * 4))
+        # this thread's partials o_part[s][ch] of the splits s = part (mod MERGE_PARTS),
+        # issued before the split weights are known (one memory round trip fewer)
+        obase = opart_ptr + (row * num_splits * d + Int64(ch)) * 4
+        vals = []
+        for k in cutlass.range_constexpr(MAX_SPLITS // MERGE_PARTS):
+            sidx = cutlass.min(part + k * MERGE_PARTS, num_splits - 1)   # w = 0 past the end
+            vals.append(_ldg_f32(obase + Int64(sidx) * (d * 4)))
         # lse2 of split t, block max
         l_t = Float32(NEG_INF)
         if t < num_splits:
@@ -1166,11 +1181,6 @@ class Int2DecodeMergeSm90:
             _sts_f32(s_warp + warp * 4, tot)
         # sum_s w_s o_part[s][ch] over the splits s = part (mod MERGE_PARTS)
         acc = Float32(0.0)
-        obase = opart_ptr + (row * num_splits * d + Int64(ch)) * 4
-        vals = []
-        for k in cutlass.range_constexpr(MAX_SPLITS // MERGE_PARTS):
-            sidx = cutlass.min(part + k * MERGE_PARTS, num_splits - 1)   # w = 0 past the end
-            vals.append(_ldg_f32(obase + Int64(sidx) * (d * 4)))
         for k in cutlass.range_constexpr(MAX_SPLITS // MERGE_PARTS):
             acc = acc + _lds_f32(s_w + (part + k * MERGE_PARTS) * 4) * vals[k]
         _sts_f32(s_red + t * 4, acc)
