@@ -77,20 +77,23 @@ def num_splits_for(batch_size: int, num_kv_heads: int, num_sms: int, group: int 
     """CTAs per (sequence, KV head): as many as fit in one wave of ``CTAS_PER_SM`` CTAs per
     SM (rounded down: a second, partly filled wave of long CTAs costs more than it brings;
     measured qwen3-8b batch 8 at 32K: 8 splits 0.112 ms vs 9 splits 0.128 ms; llama3-70b-tp8
-    batch 128 at 128K: 4 splits 0.606 ms vs 5 splits 0.635 ms) unless that wave would be
-    less than ``WAVE_FILL`` full (qwen3-8b batch 50 at 100K, 400 CTAs on 528 slots: 1 / 2 / 3
-    splits 1.73 / 1.50 / 1.42 ms per layer), then rounded down to
-    ``FUSED_TAIL_ROWS // group`` when that is at most 2x fewer, so that the kernel merges
-    the splits itself (llama3-70b-tp8 batch 32 at 128K: 16 splits 0.187 ms vs 17 splits +
-    merge kernel 0.216 ms).
+    batch 128 at 128K: 4 splits 0.606 ms vs 5 splits 0.635 ms). When the last wave of that
+    choice would be less than ``WAVE_FILL`` full, the KV is split finer, into about four
+    waves of shorter CTAs that balance over the SMs (qwen3-8b at 100K on an H200: batch 50,
+    400 CTAs on 528 slots, 2 / 6 splits 1.088 / 0.987 ms; batch 100, 1.5 waves, 1 / 3 / 4
+    splits 2.139 / 1.921 / 1.901 ms). Finally rounded down to ``FUSED_TAIL_ROWS // group``
+    when that is at most 2x fewer, so that the kernel merges the splits itself
+    (llama3-70b-tp8 batch 32 at 128K: 16 splits 0.187 ms vs 17 splits + merge kernel
+    0.216 ms).
 
     Depends on shapes only (never on sequence lengths), so decode stays graph-capturable.
     """
     slots = CTAS_PER_SM * num_sms
     rows = batch_size * num_kv_heads
-    want = slots // rows
-    if rows * want < WAVE_FILL * slots:   # one wave would stay too empty: one more split
-        want += 1
+    want = max(1, slots // rows)
+    waves = rows * want / slots
+    if waves / math.ceil(waves) < WAVE_FILL:   # the last wave would stay too empty
+        want = max(want + 1, math.ceil(4 * slots / rows))
     want = max(1, min(MAX_SPLITS, want))
     # a little fewer splits when that lets the kernel merge them itself (one launch)
     fused = FUSED_TAIL_ROWS // group

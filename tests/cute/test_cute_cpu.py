@@ -73,7 +73,9 @@ def test_mode_can_be_forced(monkeypatch):
     (32, 1, 8, 16),    # 16 * 8 = FUSED_TAIL_ROWS: the kernel merges itself
     (16, 1, 8, 33),    # 33 fit in one wave; 16 would be under half: merge kernel
     (8, 1, 8, 66),     # 16 would be under half of 66: keep 66 and the merge kernel
-    (50, 8, 4, 2)])    # 1 split fills only 400 of 528 slots: 2
+    (50, 8, 4, 6),     # 1 split fills only 400 of 528 slots: about 4 waves of 6 splits
+    (100, 8, 4, 3),    # 800 CTAs are 1.5 waves: 3 splits
+    (64, 8, 4, 1)])    # 512 of 528 slots: one wave
 def test_num_splits_depends_on_shapes_only(batch_size, num_kv_heads, group, want):
     got = cute.num_splits_for(batch_size, num_kv_heads, 132, group)
     assert got == want
