@@ -43,11 +43,15 @@ V codes 2 x 16 x D/4 bytes, 2 x 16 scale/zero pairs) into a private 8-stage shar
 ring (36 KB per CTA at D = 128). The main loop takes two chunks per iteration: one
 ``cp.async.commit_group`` for the two chunks it issues, one ``cp.async.wait_group`` +
 ``bar.warp.sync``, one set of ring bookkeeping per 32 tokens (an odd last chunk is a
-phantom whose positions are masked by the warp's range end). Per-lane cp.async offsets are
-computed once before the loop. Chunks entirely inside ``[sink, int2_end)`` (all but the
-first/last of a range) take a path without position masks and selects. No TMA: on NHD
-pages a chunk is 16 scattered 32-byte rows of one head; on HND pages 1D bulk copies were
-tried and lost (below). BF16 window chunks use plain vector loads (few per sequence).
+phantom whose positions are masked by the warp's range end). Chunk rows come in blocks of
+32: lane ``l`` holds the (page, slot, head) row of the warp's chunk ``32 k + l`` and the page
+id of chunk ``32 (k + 1) + l`` (loaded one block ahead), so an issue is one shuffle, one
+``mad.wide.u32`` per source (64-bit per-lane bases hoisted) and the copies; copies past the
+warp's range read nothing (``cp.async`` src-size 0). Chunks entirely inside ``[sink,
+int2_end)`` (all but the first/last of a range) take a path without position masks and
+selects. No TMA: on NHD pages a chunk is 16 scattered 32-byte rows of one head; on HND
+pages 1D bulk copies were tried and lost (below). BF16 window chunks use plain vector
+loads (few per sequence).
 
 Tensor cores (HMMA ``mma.sync.m16n8k16``, fp32 accumulate; fp16 operands for INT2 chunks,
 bf16 for BF16 window chunks): ``S^T = K Q^T`` with 16 tokens as M, the (up to 8) query
@@ -55,63 +59,67 @@ heads of the KV head as N and 16 channels as K (8 MMAs per 16 tokens at D = 128,
 rows); ``O^T = V^T P^T`` with 16 channels as M, heads as N, the 16 tokens as K. The S^T
 accumulator is moved to the P^T operand with 4 shuffles + 2 ``prmt`` per chunk.
 
-Dequantization folded per token, codes reach the MMA as exact fp16 values: one ``lop3``
-per fp16 pair, ``(w & mask_i) | 0x64006400`` = ``1024 + m_i code`` with the 2-bit field
-of channel quarter ``i`` at mantissa bits ``2i`` (``m_i`` = 1, 4, 16, 64: fp16 has 10
-mantissa bits, so all four quarters of a byte fit and a 32-bit word needs one ``shr`` by 8
-for its odd bytes; bf16, used before, needed three). The query is pre-divided by ``m_i``
-(exact), window operands are multiplied by ``m_i`` in bf16 (``64 v`` could overflow fp16,
-so window chunks keep bf16 MMAs and their own bf16 query fragments, rebuilt from shared
-memory after the INT2 loop). K: the 1024 offset is removed after the QK MMAs
-(``-1024 sum_i fp16(q'_i / m_i)`` per score, summed from the very values the MMA saw, so
-it cancels exactly; the cancellation costs ~10 of fp32's 24 bits within one 128-channel
-dot product). V: one ``sub.f16x2`` (HADD2, FMA pipe) per operand pair makes it exactly
-``m_i code``, so the O accumulators, which sum over up to hundreds of thousands of tokens,
-carry no offset (an offset removed at the end lost too much precision over long single
-splits: the GPU tests caught it). The byte layout (channels ``j + iD/4`` in byte ``j``)
-makes the MMA K/M index a fixed channel permutation; the query is loaded and the output
-written through it, so no data is shuffled. Softmax: online per head column, running max
-initialized finite (no -inf guards); the 8-lane max reduction and the O/l rescale run in
-one warp-uniform branch only when some lane's scores exceed the running max.
+Dequantization folded per token, codes reach the MMA as exact fp16 *subnormals*: one
+``and`` (LOP3) per fp16 pair, ``w & mask_i`` = ``m_i code 2^-24`` with the 2-bit field of
+channel quarter ``i`` at mantissa bits ``2i`` (``m_i`` = 1, 4, 16, 64: all four quarters of
+a byte fit in the 10 mantissa bits, a 32-bit word needs one ``shr`` by 8 for its odd
+bytes). The tensor cores take subnormal fp16 inputs exactly (the GPU tests compare with
+the reference), so there is no magic offset to remove: no ``-1024 sum(q)`` term for K, no
+``sub.f16x2`` for V (the previous magic-number version, 0x6400 = 1024, needed both), and no
+cancellation in the O accumulators. ``2^24`` is folded into the score scale
+(``score = s 2^24 scale_log2 raw + z scale_log2 sum(q')``) and into the final
+normalization; window probabilities are packed as ``p 2^-24`` (bf16 has the range). The
+query is pre-divided by ``m_i`` (exact), window operands are multiplied by ``m_i`` in bf16
+(``64 v`` could overflow fp16, so window chunks keep bf16 MMAs and their own bf16 query
+fragments, rebuilt from shared memory after the INT2 loop). The byte layout (channels
+``j + iD/4`` in byte ``j``) makes the MMA K/M index a fixed channel permutation; the query
+is loaded and the output written through it, so no data is shuffled. Softmax: online per
+head column, running max initialized finite (no -inf guards); the 8-lane max reduction
+and the O/l rescale run in one warp-uniform branch only when some lane's scores exceed
+the running max.
 
-Why these roles and tiles (measured, perf/results/2026-11-29_h200_*): Nsight Compute on
-the previous version (b12a836, qwen3-8b batch 128 at 128K, HND) showed an SM-bound kernel:
-issue slots 62 % busy, the integer ALU pipe the busiest (67 % of peak), stalls mostly on
-fixed-latency dependencies and a busy math pipe, DRAM at 47 %. The 2-bit unpack costs about
-one ALU instruction per two codes, so the work per chunk went into fewer ALU instructions:
-executed SASS instructions per 16-token chunk and warp on the fast path 317 -> ~283, ALU
-instructions ~163 -> ~120 (LOP3 68, unpack shifts 8, issue/addressing ~25, softmax/loop
-~19). A separate producer warp was measured and lost: 5 warps per CTA fit only 3 CTAs per
-SM at 128 registers, and 12 consumer warps per SM (instead of 16) lost more than the ~80
-instructions per chunk they saved (6.28 vs 5.01 ms). Steps on qwen3-8b (fraction of the
-read ceiling): earlier sessions 19 % -> 48 % at batch 32 / 128K (register loads -> cp.async
-ring, lop3 unpack, S^T = K Q^T, lazy rescale, in-CTA combine, 128-register bound, one
-launch; 1.159 ms at 3c91185); this session on HND pages, batch 128 / 128K: 4.40 ms (b12a836)
--> full-chunk fast path, two chunks per iteration, per-lane constants 4.10 ms -> fp16
-operands with offset-free V 3.89 ms (57 %); batch 32 / 128K 1.02-1.04 ms (53-55 %).
+Why these roles and tiles (measured, perf/results/2026-11-29_h200_*): the kernel is
+SM-bound, not memory-bound. Nsight Compute at 3c9c141 (qwen3-8b batch 128 at 128K, HND):
+issue slots 62 % busy, integer ALU pipe 61 % of peak, DRAM 64 %, 3.5 of 4 warps per
+scheduler active, per issued instruction 1.73 cycles stalled on fixed-latency
+dependencies, 1.21 not selected, 0.98 on the busy ALU pipe. Executed SASS per 16-token
+chunk and warp on the fast path (D = 128): 317 (b12a836) -> 293 (52e59d6: two chunks per
+iteration, fp16 magic operands) -> 211 (3c9c141: subnormal operands, 32-chunk row
+blocks: the issue path went from 146 to 67 instructions per 2 chunks) -> 209.5 (zero-fill
+copies); ~104 of them integer ALU (64 LOP3 + 8 SHF of unpack). qwen3-8b batch 128 at 128K
+on HND pages: 4.40 ms (b12a836) -> 3.94 ms (52e59d6) -> 3.19 ms (75c1fc7, 69 % of the read
+ceiling). A separate producer warp was measured and lost in the previous session: 5 warps
+per CTA fit only 3 CTAs per SM at 128 registers (6.28 vs 5.01 ms).
 
-Fixed cost per call (the batch-1 regime), measured on the H200 with cold L2: 5801c73 ran
-5-6 launches (q.float(), rotate_q, decode, merge, rotate_o, copy): qwen3-8b batch 1 8K
-46 us, llama3-70b-tp8 batch 1 41-49 us at every context. 3c91185 (1 launch, or 2 with the
-merge kernel): qwen3-8b 8K 34.5 us, llama3-70b-tp8 8K 25.6 us, 128K 33.8 us. 52e59d6 (the
-rotation loads 64 rows of ``R_K`` per round trip: 2 dependent L2 round trips at D = 128
-instead of 8): qwen3-8b 8K 34.1 us, llama3-70b-tp8 8K 25.2 us, 128K 32.4 us (1.05x
-FlashInfer BF16). What is left at batch 1: the merge kernel's launch when it runs
-(``num_splits * group > 128``), the ring prologue, the serial page-table and q loads.
+Fixed cost per call (the batch-1 regime), H200, cold L2 (an empty kernel under the same
+harness takes 3.4 us): at 82d67f8 the qwen3-8b batch-1 8K decode launch took 22.9 us and
+the merge kernel 8.2 us; skipping phases at trace time (timing only) showed the query
+rotation cost ~6 us, the BF16 windows ~1.5 us and the rest (geometry and page-id loads,
+ring prologue, combine, partial stores) ~10 us. Every split prefetched ``R_K`` into L2
+(528 CTAs x 64 KB of requests) and the rotation loaded q before ``R_K``; now only split 0
+prefetches and the first 64 ``R_K`` rows are in flight while q is staged (75c1fc7): qwen3-8b
+batch 1 8K 30.1 -> 25.5 us, 128K 55.7 -> 50.5 us. Earlier: 5801c73 ran 5-6 launches
+(46 us at 8K), 3c91185 one or two (34.5 us).
 
-Tried and not kept: query fragments in shared memory instead of 16 registers (SASS 382
-instructions, ptxas rematerializes anyway); 3 CTAs/SM at 168 registers (4.4-4.8 vs 5.0-5.3
-ms at b128 but 1.22-1.27 vs 1.15 ms at b32); a producer warp (above); HND chunks as four
-``cp.async.bulk`` copies (each needs a uniform-register waterfall of ~25 instructions:
-5.11 vs 4.40 ms); shifts as ``mul.hi`` on the FMA pipe (4.69 vs 4.40 ms); 64-bit per-lane
-base pointers for IMAD.WIDE addressing (SASS: more spills); four QK accumulator chains
-(3.955 vs 3.945 ms).
+Tried and not kept (numbers in perf/results/2026-11-29_h200_cute_session*_sweeps.json):
+query fragments in shared memory instead of 16 registers (SASS 382 instructions, ptxas
+rematerializes anyway); 3 CTAs/SM at 168 registers (again at 3c9c141+: qwen3-8b b128 128K
+3.31 vs 3.21 ms, llama3-70b-tp8 b128 0.570 vs 0.459 ms); a producer warp (above); HND
+chunks as four ``cp.async.bulk`` copies (each needs a uniform-register waterfall of ~25
+instructions: 5.11 vs 4.40 ms); shifts as ``mul.hi`` on the FMA pipe (4.69 vs 4.40 ms);
+64-bit per-lane base pointers for IMAD.WIDE addressing with the old per-chunk page walk
+(SASS: more spills); four QK accumulator chains (3.955 vs 3.945 ms); one QK chain (205.5
+instead of 209.5 SASS per chunk, but b128 128K 3.23 vs 3.19 ms: the dependent MMAs cost
+more than the 4 FADDs); the QK of both chunks of an iteration before one shared max
+update (stack 88 B, a uniform-register copy per cp.async: 3.32 vs 3.18 ms); K fragments
+unpacked right before each MMA (ptxas schedules the same: 215 vs 211.5 SASS per chunk);
+the fused split-merge tail for up to 320 rows instead of 128 (qwen3-8b batch 1 8K 50 vs
+25.5 us: one CTA pulls the partials too slowly).
 
-Resource usage (cuobjdump of the bundle's cubin): decode D=128 128 registers, 72 B stack
-(spills in the BF16 window loop and the rotation prologue; the INT2 main loop has none),
+Resource usage (cuobjdump of the bundle's cubin): decode D=128 128 registers, no stack,
 43,008 B dynamic smem (ring 36,864 + q rows + q'), 64 HMMA.16816.F32 (fp16, INT2) + 16
-HMMA.16816.F32.BF16 (window) + 24 LDGSTS + 1 ATOMG in the SASS (no UTMALDG); decode D=64
-127 registers, no stack; merge 53 registers.
+HMMA.16816.F32.BF16 (window) + 30 LDGSTS + 1 ATOMG in the SASS (no UTMALDG); decode D=64
+128 registers, no stack; merge 56 registers.
 
 Constraints (``oscar_kernels.cute.can_implement``): ``head_dim`` 64 or 128;
 ``group_size == head_dim``; fp16 scales; ``page_size % 16 == 0``; GQA ratio 1..8; NHD or
