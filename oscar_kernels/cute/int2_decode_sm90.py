@@ -145,6 +145,13 @@ from . import FUSED_TAIL_ROWS
 NUM_WARPS = 4
 #: Launch bound: registers are capped so this many CTAs fit on an SM (<= 128 registers).
 MIN_CTAS_PER_SM = 4
+#: head_dim whose QK runs on the int8 tensor cores (``mma.m16n8k32.u8.s8``): each K code
+#: byte holds its four 2-bit fields at bits 0-1, 2-3, 4-5, 6-7; ``w * 4^(3-i) & 0xC0C0C0C0``
+#: (one IMAD on the FMA pipe, one LOP3) is 64 x the field of quarter i in every byte, so one
+#: LOP3 unpacks four codes (fp16 operands need one per two, plus a shift per word). The query
+#: is split into two int8 parts, ``q' ~ a (hi + lo / 256)``, and the s32 scores of both chains
+#: are combined as ``hi * 256 + lo`` (~16-bit query, exact integer dot products).
+QK_S8_HEAD_DIM = 128
 #: Largest GQA ratio (query heads per KV head): 8 score columns per MMA.
 MAX_GROUP = 8
 #: Thread groups of the merge kernel (each sums every MERGE_PARTS-th split).
@@ -248,6 +255,14 @@ def _lg2(x):
     return _ptx("lg2.approx.f32 {$w0}, {$r0};", [Float32], [x])
 
 
+def _fabs(x):
+    return _ptx("abs.f32 {$w0}, {$r0};", [Float32], [x])
+
+
+def _rcp_exact(x):
+    return _ptx("rcp.rn.f32 {$w0}, {$r0};", [Float32], [x])
+
+
 def _rcp(x):
     return _ptx("rcp.approx.f32 {$w0}, {$r0};", [Float32], [x])
 
@@ -262,6 +277,38 @@ def _mma(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3, f16: bool = False):
                 "{{$w0}, {$w1}, {$w2}, {$w3}}, {{$r0}, {$r1}, {$r2}, {$r3}}, {{$r4}, {$r5}}, "
                 "{{$r6}, {$r7}, {$r8}, {$r9}};", [Float32] * 4,
                 [a0, a1, a2, a3, b0, b1, c0, c1, c2, c3])
+
+
+def _mma_u8s8(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+    """``mma.sync.m16n8k32`` u8 x s8 -> s32 (IMMA)."""
+    return _ptx("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 "
+                "{{$w0}, {$w1}, {$w2}, {$w3}}, {{$r0}, {$r1}, {$r2}, {$r3}}, {{$r4}, {$r5}}, "
+                "{{$r6}, {$r7}, {$r8}, {$r9}};", [Int32] * 4,
+                [a0, a1, a2, a3, b0, b1, c0, c1, c2, c3])
+
+
+def _mul_u32(x, k: int):
+    """``x * k`` (mul.lo: ptxas may issue it as IMAD on the FMA pipe)."""
+    return _ptx(f"mul.lo.u32 {{$w0}}, {{$r0}}, {k};", [Int32], [x])
+
+
+def _mad_s32(x, k: int, y):
+    return _ptx(f"mad.lo.s32 {{$w0}}, {{$r0}}, {k}, {{$r1}};", [Int32], [x, y])
+
+
+def _i2f(x):
+    return _ptx("cvt.rn.f32.s32 {$w0}, {$r0};", [Float32], [x])
+
+
+def _f2i_rn(x):
+    return _ptx("cvt.rni.s32.f32 {$w0}, {$r0};", [Int32], [x])
+
+
+def _pack_s8x4(x0, x1, x2, x3):
+    """Low bytes of four Int32 -> one b32 (x0 in byte 0)."""
+    t01 = _prmt(x0, x1, 0x0040)
+    t23 = _prmt(x2, x3, 0x0040)
+    return _prmt(t01, t23, 0x5410)
 
 
 def _shfl_bfly(x, m):
@@ -386,6 +433,7 @@ class Int2PagedDecodeSm90:
         self.mtiles = d // 16          # PV M tiles
         self.nbk = d // 16             # K-code bytes per thread and token
         self.nbv = d // 32             # V-code bytes per thread and token
+        self.s8 = d == QK_S8_HEAD_DIM  # QK on the int8 tensor cores (else fp16 subnormals)
         self.row_bytes = d // 4        # code bytes per token and head
         self.stage_bytes = 2 * CHUNK * self.row_bytes + 2 * CHUNK * 4
         self.stages = STAGES[d]
@@ -546,15 +594,20 @@ class Int2PagedDecodeSm90:
         gq = cutlass.min(g, group - 1)
         qkeep = Float32(cutlass.select_(g < group, 1.0, 0.0))
         qa = cute.make_rmem_tensor((2 * self.ksteps,), Int32)
-        qsum = self._query_frags(s_q, gq, qkeep, quad, qa, True)
+        # per-thread constants of its two score columns, heads 2 quad + {0, 1}:
+        # qh[j] = scale_log2 * sum(q'), qh[2 + j] = the INT2 score scale (scale_log2 * 2^24
+        # for subnormal fp16 codes; scale_log2 * a / (64 * 256) for the int8 QK)
+        qh = cute.make_rmem_tensor((4,), Float32)
+        if cutlass.const_expr(self.s8):
+            qsum, qscale = self._query_frags_s8(s_q, gq, qkeep, quad, qa)
+        else:
+            qsum = self._query_frags(s_q, gq, qkeep, quad, qa, True)
+            qscale = Float32(1.0 / SUBNORMAL)
         qsum = qsum + _shfl_bfly(qsum, 1)
         qsum = qsum + _shfl_bfly(qsum, 2)
-        # per-thread constants of its two score columns, heads 2 quad + {0, 1}:
-        # scale_log2 * sum(q'), and the INT2 score scale scale_log2 * 2^24 (subnormal codes)
-        qh = cute.make_rmem_tensor((3,), Float32)
         for j in cutlass.range_constexpr(2):
             qh[j] = _shfl_idx(qsum, (2 * quad + j) * 4) * scale_log2
-        qh[2] = scale_log2 * Float32(1.0 / SUBNORMAL)
+            qh[2 + j] = _shfl_idx(qscale, (2 * quad + j) * 4) * scale_log2
         # transpose selector: this lane's P^T head g sits in half g % 2 of a packed pair
         tsel = Int32(cutlass.select_(g % 2 == 0, 0x5410, 0x7632))
         src0 = (2 * quad) * 4 + g // 2
@@ -704,6 +757,39 @@ class Int2PagedDecodeSm90:
                     qa[wi * 8 + i * 2 + hh] = pack(qe[hh] * inv_m, qe[hh + 2] * inv_m)
                 qsum = qsum + ((qe[0] + qe[1]) + (qe[2] + qe[3]))
         return qsum
+
+    def _query_frags_s8(self, s_q, gq, qkeep, quad, qa):
+        """B fragments of head ``gq``'s q' for the int8 QK (``m16n8k32``): lane quad ``q``
+        holds channels ``8 q + 32 i + (0..7)`` of quarter ``i`` (QK step ``i``), as
+        ``qa[2 i + {0, 1}]`` (high parts) and ``qa[8 + 2 i + {0, 1}]`` (low parts) of
+        ``q' = a (hi + lo / 256)``, ``a = max|q'| / 127`` over the head. Returns this lane's
+        partial sum of q' and ``a / (64 * 256)`` (the score scale of the combined s32)."""
+        d = self.d
+        qv = []
+        for i in range(4):
+            for half in range(2):
+                w = _lds_v2(s_q + (gq * d + 8 * quad + 32 * i + 4 * half) * 2)
+                q0, q1 = _bf16x2_to_f32(w[0])
+                q2, q3 = _bf16x2_to_f32(w[1])
+                qv.append([q0 * qkeep, q1 * qkeep, q2 * qkeep, q3 * qkeep])
+        qsum = Float32(0.0)
+        mx = Float32(0.0)
+        for v in qv:
+            qsum = qsum + ((v[0] + v[1]) + (v[2] + v[3]))
+            for x in v:
+                mx = _fmax(mx, _fabs(x))
+        mx = _fmax(mx, _shfl_bfly(mx, 1))
+        mx = _fmax(mx, _shfl_bfly(mx, 2))
+        pos = Int32(cutlass.select_(mx > Float32(0.0), 1, 0))
+        inv = _sel_f32(pos, Float32(127.0) * _rcp_exact(mx), Float32(0.0))
+        for r in range(8):
+            hi = [_f2i_rn(x * inv) for x in qv[r]]
+            lo = [cutlass.max(-127, cutlass.min(127, _f2i_rn((qv[r][k] * inv - _i2f(hi[k]))
+                                                             * Float32(256.0))))
+                  for k in range(4)]
+            qa[r] = _pack_s8x4(*hi)
+            qa[8 + r] = _pack_s8x4(*lo)
+        return qsum, mx * Float32(1.0 / (127.0 * 64.0 * 256.0))
 
     @cute.jit
     def _ticket_and_merge(self, opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, counter_ptr,
@@ -951,7 +1037,16 @@ class Int2PagedDecodeSm90:
                 words = [w0, w1]
             else:
                 words = [_lds_b32(addr)]
-            self._unpack_k(words, kf0 if n == 0 else kf1)
+            if cutlass.const_expr(self.s8):
+                # kf[2 i + wi]: 64 x the quarter-i fields of word wi (u8 A operand)
+                kf = kf0 if n == 0 else kf1
+                for wi in range(2):
+                    for i in range(4):
+                        x = words[wi] if i == 3 else _mul_u32(words[wi], 4 ** (3 - i))
+                        kf[2 * i + wi] = _ptx("and.b32 {$w0}, {$r0}, 0xC0C0C0C0;", [Int32],
+                                              [x])
+            else:
+                self._unpack_k(words, kf0 if n == 0 else kf1)
             a, zz = _f16x2_to_f32(_lds_b32(sbase + 2 * CHUNK * rb + t * 4))
             sk[n] = a
             zk[n] = zz
@@ -1051,19 +1146,32 @@ class Int2PagedDecodeSm90:
                tsel, src0, is_int2: bool):
         """One 16-token chunk of one warp: S^T = K Q^T (tokens x heads), online softmax per
         head column, warp transpose of P to the B operand, O^T += V^T P^T."""
-        chains = [[Float32(0.0)] * 4, [Float32(0.0)] * 4]   # two independent MMA chains
-        for s in range(self.ksteps):
-            chains[s % 2] = list(_mma(kf0[2 * s], kf1[2 * s], kf0[2 * s + 1], kf1[2 * s + 1],
-                                      qa[2 * s], qa[2 * s + 1], *chains[s % 2], f16=is_int2))
-        s_acc = [chains[0][i] + chains[1][i] for i in range(4)]
+        if is_int2 and self.s8:
+            # two s32 chains (high / low query parts) over the four quarters, hi * 256 + lo
+            z = Int32(0)
+            ch = [[z] * 4, [z] * 4]
+            for i in range(4):
+                for part in range(2):
+                    ch[part] = list(_mma_u8s8(kf0[2 * i], kf1[2 * i], kf0[2 * i + 1],
+                                              kf1[2 * i + 1], qa[8 * part + 2 * i],
+                                              qa[8 * part + 2 * i + 1], *ch[part]))
+            s_acc = [_i2f(_mad_s32(ch[0][k], 256, ch[1][k])) for k in range(4)]
+        else:
+            chains = [[Float32(0.0)] * 4, [Float32(0.0)] * 4]   # two independent MMA chains
+            for s in range(self.ksteps):
+                chains[s % 2] = list(_mma(kf0[2 * s], kf1[2 * s], kf0[2 * s + 1],
+                                          kf1[2 * s + 1], qa[2 * s], qa[2 * s + 1],
+                                          *chains[s % 2], f16=is_int2))
+            s_acc = [chains[0][i] + chains[1][i] for i in range(4)]
         # s_acc[2 n + j]: token g + 8 n, head 2 quad + j
         sc = []
-        sk2 = [sk[n] * qh[2] for n in range(2)] if is_int2 else None
+        sk2 = ([[sk[n] * qh[2 + j] for j in range(2)] for n in range(2)] if is_int2
+               else None)
         for n in range(2):
             for j in range(2):
                 raw = s_acc[2 * n + j]
                 if is_int2:
-                    x = sk2[n] * raw + zk[n] * qh[j]
+                    x = sk2[n][j] * raw + zk[n] * qh[j]
                 else:
                     x = raw * scale_log2
                 sc.append(x if valid is None else _sel_f32(valid[n], x, Float32(NEG_INF)))
