@@ -160,6 +160,9 @@ MERGE_PARTS = 4
 MAX_SPLITS = 128
 #: Tokens per chunk (two 8-token QK N tiles = one 16-token PV K step).
 CHUNK = 16
+#: Bytes of one warp's P tile in shared memory (16 tokens x 8 heads, 16-bit): the S^T
+#: accumulator goes to the P^T B operand through it (2 st.shared + ldmatrix.trans).
+P_TILE = CHUNK * MAX_GROUP * 2
 #: Rows of R_K each thread loads per round trip in the in-kernel query rotation.
 ROT_K = 64
 #: Columns of R_V each thread loads per round trip in the merge tail.
@@ -285,6 +288,12 @@ def _mma_u8s8(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
                 "{{$w0}, {$w1}, {$w2}, {$w3}}, {{$r0}, {$r1}, {$r2}, {$r3}}, {{$r4}, {$r5}}, "
                 "{{$r6}, {$r7}, {$r8}, {$r9}};", [Int32] * 4,
                 [a0, a1, a2, a3, b0, b1, c0, c1, c2, c3])
+
+
+def _ldsm_x2_trans(addr):
+    """Two 8x8 16-bit tiles (rows from lanes 0-15), transposed: ``ldmatrix .x2 .trans``."""
+    return _ptx("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {{$w0}, {$w1}}, [{$r0}];",
+                [Int32, Int32], [addr])
 
 
 def _mul_u32(x, k: int):
@@ -440,7 +449,7 @@ class Int2PagedDecodeSm90:
         self.combine_bytes = (MAX_GROUP + MAX_GROUP * d) * 4   # per warp: lse2[8], o[8][d]
         self.ring_bytes = NUM_WARPS * self.stages * self.stage_bytes
         # ring + q rows (float32) + q' (bf16)
-        self.smem_bytes = self.ring_bytes + MAX_GROUP * d * (4 + 2)
+        self.smem_bytes = self.ring_bytes + MAX_GROUP * d * (4 + 2) + NUM_WARPS * 2 * P_TILE
         assert NUM_WARPS * self.combine_bytes <= self.ring_bytes
         merge_bytes = (FUSED_TAIL_ROWS + (NUM_WARPS + 1) * MAX_GROUP * d) * 4
         assert merge_bytes <= self.ring_bytes
@@ -608,9 +617,12 @@ class Int2PagedDecodeSm90:
         for j in cutlass.range_constexpr(2):
             qh[j] = _shfl_idx(qsum, (2 * quad + j) * 4) * scale_log2
             qh[2 + j] = _shfl_idx(qscale, (2 * quad + j) * 4) * scale_log2
-        # transpose selector: this lane's P^T head g sits in half g % 2 of a packed pair
-        tsel = Int32(cutlass.select_(g % 2 == 0, 0x5410, 0x7632))
-        src0 = (2 * quad) * 4 + g // 2
+        # this warp's two P tiles ([token][head] 16-bit, one per chunk of an iteration): this
+        # lane stores its (token g + 8 n, heads 2q, 2q+1) pairs at tsel + 128 n and reads the
+        # P^T fragment with ldmatrix.trans from row (lane % 16) at src0
+        s_p = s_q + MAX_GROUP * d * 2 + warp * (2 * P_TILE)
+        tsel = s_p + 4 * lane
+        src0 = s_p + (lane % 16) * (2 * MAX_GROUP)
 
         # ---- running state: O^T fragments; per head 2q+j: m, l, sum p*z_v (partials)
         acc = cute.make_rmem_tensor((4 * self.mtiles,), Float32)
@@ -646,13 +658,13 @@ class Int2PagedDecodeSm90:
             if pos0 >= sink and pos0 + 2 * CHUNK <= end_w:
                 for u in cutlass.range_constexpr(2):
                     self._int2_chunk(sbase + u * self.stage_bytes, pos0 + u * CHUNK, sink,
-                                     end_w, qa, qh, acc, st, scale_log2, quad, g, tsel, src0,
-                                     False)
+                                     end_w, qa, qh, acc, st, scale_log2, quad, g,
+                                     tsel + u * P_TILE, src0 + u * P_TILE, False)
             else:
                 for u in cutlass.range_constexpr(2):
                     self._int2_chunk(sbase + u * self.stage_bytes, pos0 + u * CHUNK, sink,
-                                     end_w, qa, qh, acc, st, scale_log2, quad, g, tsel, src0,
-                                     True)
+                                     end_w, qa, qh, acc, st, scale_log2, quad, g,
+                                     tsel + u * P_TILE, src0 + u * P_TILE, True)
             _syncwarp()
         _cp_wait(0)
 
@@ -1194,12 +1206,15 @@ class Int2PagedDecodeSm90:
         for n in range(2):
             packed.append((_pack_f16x2 if is_int2 else _pack_bf16x2)(pt[0][n], pt[1][n]))
         # P^T B fragment of lane (g, q): tokens 2q, 2q+1 (+8) of head g
-        x0 = _shfl_idx(packed[0], src0)
-        x1 = _shfl_idx(packed[0], src0 + 4)
-        y0 = _shfl_idx(packed[1], src0)
-        y1 = _shfl_idx(packed[1], src0 + 4)
-        b0 = _prmt_r(x0, x1, tsel)
-        b1 = _prmt_r(y0, y1, tsel)
+        # through this warp's P tile: [token][head] stores, ldmatrix.trans -> (tokens 2q,
+        # 2q + 1 (+ 8), head g); the tile of a chunk is rewritten two chunks later (window
+        # chunks: one tile, ordered by the sync before the next store)
+        if not is_int2:
+            _syncwarp()
+        _sts_i32(tsel, packed[0])
+        _sts_i32(tsel + 8 * 2 * MAX_GROUP, packed[1])
+        _syncwarp()
+        b0, b1 = _ldsm_x2_trans(src0)
         for mt in range(self.mtiles):
             c = [acc[4 * mt], acc[4 * mt + 1], acc[4 * mt + 2], acc[4 * mt + 3]]
             if callable(va):
