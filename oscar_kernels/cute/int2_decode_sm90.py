@@ -502,6 +502,9 @@ class Int2PagedDecodeSm90:
                o_stride_h: Int32, scale_log2: Float32):
         d = self.d
         split, h, b = cute.arch.block_idx()
+        # let a following merge kernel (programmatic dependent launch) be scheduled as SMs
+        # free up; it waits for this whole grid before it reads the partials
+        cute.arch.griddepcontrol_launch_dependents()
         tidx, _, _ = cute.arch.thread_idx()
         warp = tidx // 32
         lane = tidx % 32
@@ -1253,7 +1256,7 @@ class Int2DecodeMergeSm90:
                     rv_head_stride, out_kind, o_stride_b,
                     o_stride_h).launch(grid=(num_kv_heads * group, batch_size, 1),
                                        block=(self.threads, 1, 1), stream=stream,
-                                       smem=(2 * self.threads + 64) * 4)
+                                       smem=(2 * self.threads + 64) * 4, use_pdl=True)
 
     @cute.kernel
     def kernel(self, opart_ptr: Int64, lse_part_ptr: Int64, rv_ptr: Int64, o_ptr: Int64,
@@ -1281,6 +1284,9 @@ class Int2DecodeMergeSm90:
         rv = []
         for dd in cutlass.range_constexpr(0, dq, 4):
             rv.append(_ldg_v4f(rrow + dd * 4))
+        # launched with programmatic dependent launch: everything above overlapped the
+        # decode kernel's tail; its partials are complete and visible after this wait
+        cute.arch.griddepcontrol_wait()
         # this thread's partials o_part[s][ch] of the splits s = part (mod MERGE_PARTS),
         # issued before the split weights are known (one memory round trip fewer)
         obase = opart_ptr + (row * num_splits * d + Int64(ch)) * 4
