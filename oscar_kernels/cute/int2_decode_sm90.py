@@ -53,13 +53,27 @@ selects. No TMA: on NHD pages a chunk is 16 scattered 32-byte rows of one head; 
 pages 1D bulk copies were tried and lost (below). BF16 window chunks use plain vector
 loads (few per sequence).
 
-Tensor cores (HMMA ``mma.sync.m16n8k16``, fp32 accumulate; fp16 operands for INT2 chunks,
-bf16 for BF16 window chunks): ``S^T = K Q^T`` with 16 tokens as M, the (up to 8) query
-heads of the KV head as N and 16 channels as K (8 MMAs per 16 tokens at D = 128, no padded
-rows); ``O^T = V^T P^T`` with 16 channels as M, heads as N, the 16 tokens as K. The S^T
-accumulator is moved to the P^T operand with 4 shuffles + 2 ``prmt`` per chunk.
+Tensor cores (``mma.sync``, 32-bit accumulate): ``S^T = K Q^T`` with 16 tokens as M, the
+(up to 8) query heads of the KV head as N and the channels as K; at head_dim 128 on the
+int8 tensor cores (IMMA ``m16n8k32`` u8 x s8 -> s32, 8 per 16 tokens: 4 channel quarters x
+the query's high and low int8 parts), at head_dim 64 and for BF16 window chunks on HMMA
+``m16n8k16`` (fp16 subnormal INT2 codes, resp. bf16). ``O^T = V^T P^T`` on HMMA with 16
+channels as M, heads as N, the 16 tokens as K (fp16 for INT2 chunks). The S^T accumulator
+reaches the P^T operand through a per-warp 256-byte shared-memory tile: two
+``st.shared.b32`` of the packed (head 2q, 2q+1) pairs, one ``ldmatrix.x2.trans`` (before:
+4 shuffles, 2 ``prmt`` and a per-lane selector, ~5 ALU instructions more per chunk).
 
-Dequantization folded per token, codes reach the MMA as exact fp16 *subnormals*: one
+QK on the int8 tensor cores (head_dim 128): each code byte holds its channel quarters'
+2-bit fields at bits 0-1, 2-3, 4-5, 6-7, so ``(w * 4^(3 - i)) & 0xC0C0C0C0`` is 64 x the
+quarter-i codes of four channels as u8 -- one multiply (IMAD, FMA pipe, where ptxas keeps
+it there) and one LOP3 per four codes, no shift; all quarters land on the same scale, so
+one s32 chain per query part suffices. The query of a head is split into
+``q' ~ a (hi + lo / 256)`` with ``a = max|q'| / 127`` (int8 hi, lo: ~16-bit fixed point,
+error <= max|q'| / 65024 per channel, far below bf16 rounding), and the scores are
+``s * a * scale_log2 / 16384 * float(256 * S_hi + S_lo) + z * scale_log2 * sum(q')``:
+exact integer dot products, no offset to cancel (|256 S_hi + S_lo| < 2^30).
+
+fp16 operands (V always, K at head_dim 64) are exact fp16 *subnormals*: one
 ``and`` (LOP3) per fp16 pair, ``w & mask_i`` = ``m_i code 2^-24`` with the 2-bit field of
 channel quarter ``i`` at mantissa bits ``2i`` (``m_i`` = 1, 4, 16, 64: all four quarters of
 a byte fit in the 10 mantissa bits, a 32-bit word needs one ``shr`` by 8 for its odd
@@ -79,17 +93,19 @@ and the O/l rescale run in one warp-uniform branch only when some lane's scores 
 the running max.
 
 Why these roles and tiles (measured, perf/results/2026-11-29_h200_*): the kernel is
-SM-bound, not memory-bound. Nsight Compute at 3c9c141 (qwen3-8b batch 128 at 128K, HND):
-issue slots 62 % busy, integer ALU pipe 61 % of peak, DRAM 64 %, 3.5 of 4 warps per
-scheduler active, per issued instruction 1.73 cycles stalled on fixed-latency
-dependencies, 1.21 not selected, 0.98 on the busy ALU pipe. Executed SASS per 16-token
-chunk and warp on the fast path (D = 128): 317 (b12a836) -> 293 (52e59d6: two chunks per
-iteration, fp16 magic operands) -> 211 (3c9c141: subnormal operands, 32-chunk row
-blocks: the issue path went from 146 to 67 instructions per 2 chunks) -> 209.5 (zero-fill
-copies); ~104 of them integer ALU (64 LOP3 + 8 SHF of unpack). qwen3-8b batch 128 at 128K
-on HND pages: 4.40 ms (b12a836) -> 3.94 ms (52e59d6) -> 3.19 ms (75c1fc7, 69 % of the read
-ceiling). A separate producer warp was measured and lost in the previous session: 5 warps
-per CTA fit only 3 CTAs per SM at 128 registers (6.28 vs 5.01 ms).
+SM-bound, not memory-bound. Nsight Compute at 584d9d9 (qwen3-8b batch 128 at 128K, HND,
+2.98 ms): issue slots 64 % busy, integer ALU pipe 55 % of peak (61 % at 3c9c141, before
+the int8 QK), tensor 29 %, FMA-heavy 26 %, DRAM 69 %, 3.6 of 4 warps per scheduler active;
+per issued instruction 1.63 cycles stalled on fixed-latency dependencies, 1.13 not
+selected, 0.85 on the busy ALU pipe. Executed SASS per 16-token chunk and warp on the fast
+path (D = 128): 317 (b12a836) -> 293 (52e59d6: two chunks per iteration, fp16 magic
+operands) -> 211 (3c9c141: subnormal operands, 32-chunk row blocks: the issue path went
+from 146 to 67 instructions per 2 chunks) -> 209.5 (zero-fill copies) -> 205.5 (f187341:
+int8 QK; integer ALU 103.5 -> 86) -> 204 (c6dfa37: P through shared memory; ALU 83).
+qwen3-8b batch 128 at 128K on HND pages: 4.40 ms (b12a836) -> 3.94 ms (52e59d6) -> 3.19 ms
+(75c1fc7) -> 2.97 ms (584d9d9, 74 % of the read ceiling, 5.06x FlashInfer BF16). A separate
+producer warp was measured and lost in an earlier session: 5 warps per CTA fit only 3 CTAs
+per SM at 128 registers (6.28 vs 5.01 ms).
 
 Fixed cost per call (the batch-1 regime), H200, cold L2 (an empty kernel under the same
 harness takes 3.4 us): at 82d67f8 the qwen3-8b batch-1 8K decode launch took 22.9 us and
@@ -98,8 +114,10 @@ rotation cost ~6 us, the BF16 windows ~1.5 us and the rest (geometry and page-id
 ring prologue, combine, partial stores) ~10 us. Every split prefetched ``R_K`` into L2
 (528 CTAs x 64 KB of requests) and the rotation loaded q before ``R_K``; now only split 0
 prefetches and the first 64 ``R_K`` rows are in flight while q is staged (75c1fc7): qwen3-8b
-batch 1 8K 30.1 -> 25.5 us, 128K 55.7 -> 50.5 us. Earlier: 5801c73 ran 5-6 launches
-(46 us at 8K), 3c91185 one or two (34.5 us).
+batch 1 8K 30.1 -> 25.5 us, 128K 55.7 -> 50.5 us. Programmatic dependent launch of the
+merge kernel (decode triggering at its start, merge waiting in ``griddepcontrol.wait``)
+saved ~1 us per call in isolation but cost 1-2.5 us per layer in the e2e step (qwen3-8b
+batch 1, 8K and 100K), so it was taken out again. Earlier: 5801c73 ran 5-6 launches (46 us at 8K), 3c91185 one or two (34.5 us).
 
 Tried and not kept (numbers in perf/results/2026-11-29_h200_cute_session*_sweeps.json):
 query fragments in shared memory instead of 16 registers (SASS 382 instructions, ptxas
@@ -114,12 +132,16 @@ more than the 4 FADDs); the QK of both chunks of an iteration before one shared 
 update (stack 88 B, a uniform-register copy per cp.async: 3.32 vs 3.18 ms); K fragments
 unpacked right before each MMA (ptxas schedules the same: 215 vs 211.5 SASS per chunk);
 the fused split-merge tail for up to 320 rows instead of 128 (qwen3-8b batch 1 8K 50 vs
-25.5 us: one CTA pulls the partials too slowly).
+25.5 us: one CTA pulls the partials too slowly); 8 warps per CTA at 2 CTAs/SM (b8-b32 and
+llama3-70b-tp8 2-4 % faster, qwen3-8b b128 2 % and b1 8K 40 % slower: 32 splits x 4 heads
+go through the slow fused tail).
 
-Resource usage (cuobjdump of the bundle's cubin): decode D=128 128 registers, no stack,
-43,008 B dynamic smem (ring 36,864 + q rows + q'), 64 HMMA.16816.F32 (fp16, INT2) + 16
-HMMA.16816.F32.BF16 (window) + 30 LDGSTS + 1 ATOMG in the SASS (no UTMALDG); decode D=64
-128 registers, no stack; merge 56 registers.
+Resource usage (cuobjdump of the bundle's cubin): decode D=128 128 registers, 72 B stack
+(spills in the BF16 window loop and the rotation prologue; the INT2 main loop has none),
+45,056 B dynamic smem (ring 36,864 + q rows + q' + P tiles), 32 IMMA.16832.U8.S8 (QK) + 32
+HMMA.16816.F32 (PV) + 16 HMMA.16816.F32.BF16 (window) + 5 LDSM.16.MT88.2 + 30 LDGSTS + 1
+ATOMG in the SASS (no UTMALDG); decode D=64 127 registers, no stack; merge 56
+registers.
 
 Constraints (``oscar_kernels.cute.can_implement``): ``head_dim`` 64 or 128;
 ``group_size == head_dim``; fp16 scales; ``page_size % 16 == 0``; GQA ratio 1..8; NHD or
@@ -417,18 +439,22 @@ class Int2PagedDecodeSm90:
     tokens ``g`` and ``g + 8`` of a chunk for K codes, tokens ``2 quad + {0, 1, 8, 9}`` for
     scores, V codes and all scale/zero pairs. Channel permutations:
 
-    * QK K index ``16 s + 2 quad + j + 8 half`` is channel
+    * fp16/bf16 QK (head_dim 64 INT2 chunks, all window chunks): K index
+      ``16 s + 2 quad + j + 8 half`` is channel
       ``quad * D/16 + 4 (r // 8) + r % 2 + 2 j + ((r % 8) // 2) * D/4`` with ``r = 2 s + half``;
+    * int8 QK (head_dim 128 INT2 chunks), step ``i`` (channel quarter): K index
+      ``4 quad + b (+ 16)`` is channel ``8 quad + b (+ 4) + 32 i``;
     * PV M row ``16 mt + g + 8 rh`` is channel ``g * D/32 + 2 (mt // 4) + rh + (mt % 4) * D/4``.
 
-    INT2 operands reach the tensor cores as fp16 ``1024 + m_i * code`` (K) and ``m_i * code``
-    (V, offset subtracted before the MMA) with ``m_i`` = 1, 4, 16, 64 for channel quarter
-    ``i``: the query is pre-divided by ``m_i`` (exact, powers of two), the K offset is removed
-    after the QK MMAs (``-1024 * sum(fp16(q'/m))`` per score), and BF16 window operands are
-    multiplied by ``m_i`` (bf16 MMAs) so that both share one accumulator.
+    fp16 INT2 operands are subnormals ``m_i * code * 2^-24`` with ``m_i`` = 1, 4, 16, 64 for
+    channel quarter ``i``: the query is pre-divided by ``m_i`` (exact, powers of two), ``2^24``
+    and ``1 / m_i`` are folded into the score scale and the output normalization, and BF16
+    window operands are multiplied by ``m_i`` (bf16 MMAs, probabilities times ``2^-24``) so
+    that both share one accumulator. int8 INT2 operands are ``64 * code`` (u8) against the
+    query's two int8 parts (see the module docstring).
 
     Warp roles: every warp is its own producer (``cp.async`` of whole 16-token chunks into a
-    per-warp ``stages``-deep shared-memory ring) and consumer (unpack + HMMA); warps of a CTA
+    per-warp ``stages``-deep shared-memory ring) and consumer (unpack + MMA); warps of a CTA
     are independent KV splits, so no CTA barrier is needed.
     """
 
@@ -502,9 +528,6 @@ class Int2PagedDecodeSm90:
                o_stride_h: Int32, scale_log2: Float32):
         d = self.d
         split, h, b = cute.arch.block_idx()
-        # let a following merge kernel (programmatic dependent launch) be scheduled as SMs
-        # free up; it waits for this whole grid before it reads the partials
-        cute.arch.griddepcontrol_launch_dependents()
         tidx, _, _ = cute.arch.thread_idx()
         warp = tidx // 32
         lane = tidx % 32
@@ -1256,7 +1279,7 @@ class Int2DecodeMergeSm90:
                     rv_head_stride, out_kind, o_stride_b,
                     o_stride_h).launch(grid=(num_kv_heads * group, batch_size, 1),
                                        block=(self.threads, 1, 1), stream=stream,
-                                       smem=(2 * self.threads + 64) * 4, use_pdl=True)
+                                       smem=(2 * self.threads + 64) * 4)
 
     @cute.kernel
     def kernel(self, opart_ptr: Int64, lse_part_ptr: Int64, rv_ptr: Int64, o_ptr: Int64,
@@ -1284,9 +1307,6 @@ class Int2DecodeMergeSm90:
         rv = []
         for dd in cutlass.range_constexpr(0, dq, 4):
             rv.append(_ldg_v4f(rrow + dd * 4))
-        # launched with programmatic dependent launch: everything above overlapped the
-        # decode kernel's tail; its partials are complete and visible after this wait
-        cute.arch.griddepcontrol_wait()
         # this thread's partials o_part[s][ch] of the splits s = part (mod MERGE_PARTS),
         # issued before the split weights are known (one memory round trip fewer)
         obase = opart_ptr + (row * num_splits * d + Int64(ch)) * 4
