@@ -117,7 +117,8 @@ prefetches and the first 64 ``R_K`` rows are in flight while q is staged (75c1fc
 batch 1 8K 30.1 -> 25.5 us, 128K 55.7 -> 50.5 us. Programmatic dependent launch of the
 merge kernel (decode triggering at its start, merge waiting in ``griddepcontrol.wait``)
 saved ~1 us per call in isolation but cost 1-2.5 us per layer in the e2e step (qwen3-8b
-batch 1, 8K and 100K), so it was taken out again. Earlier: 5801c73 ran 5-6 launches (46 us at 8K), 3c91185 one or two (34.5 us).
+batch 1, 8K and 100K), so it was taken out again. Earlier: 5801c73 ran 5-6 launches
+(46 us at 8K), 3c91185 one or two (34.5 us).
 
 Tried and not kept (numbers in perf/results/2026-11-29_h200_cute_session*_sweeps.json):
 query fragments in shared memory instead of 16 registers (SASS 382 instructions, ptxas
@@ -241,11 +242,6 @@ def _stg_f32(addr, val):
 
 def _prmt(a, b, sel: int):
     return _ptx(f"prmt.b32 {{$w0}}, {{$r0}}, {{$r1}}, {hex(sel)};", [Int32], [a, b])
-
-
-def _prmt_r(a, b, sel):
-    """prmt with a register selector."""
-    return _ptx("prmt.b32 {$w0}, {$r0}, {$r1}, {$r2};", [Int32], [a, b, sel])
 
 
 def _f16x2_to_f32(word):
@@ -383,10 +379,6 @@ def _mul_bf16x2(x, m: float):
                 [Int32], [x])
 
 
-def _cp_async16(smem_addr, gaddr):
-    _ptx("cp.async.cg.shared.global [{$r0}], [{$r1}], 16;", [], [smem_addr, gaddr])
-
-
 def _mad_wide_u32(a, b: int, c):
     """``c + (u64) a * b`` (a: Int32 read as unsigned, c: Int64)."""
     return _ptx(f"mad.wide.u32 {{$w0}}, {{$r0}}, {b}, {{$r1}};", [Int64], [a, c])
@@ -402,10 +394,6 @@ def _cp_async16_if(c, n, smem_addr, gaddr):
 def _cp_async4_if(c, n, smem_addr, gaddr):
     _ptx("{ .reg .pred p; .reg .b32 sz; setp.lt.s32 p, {$r0}, {$r1}; selp.b32 sz, 4, 0, p; "
          "cp.async.ca.shared.global [{$r2}], [{$r3}], 4, sz; }", [], [c, n, smem_addr, gaddr])
-
-
-def _cp_async4(smem_addr, gaddr):
-    _ptx("cp.async.ca.shared.global [{$r0}], [{$r1}], 4;", [], [smem_addr, gaddr])
 
 
 def _cp_commit():
@@ -644,11 +632,11 @@ class Int2PagedDecodeSm90:
             qh[j] = _shfl_idx(qsum, (2 * quad + j) * 4) * scale_log2
             qh[2 + j] = _shfl_idx(qscale, (2 * quad + j) * 4) * scale_log2
         # this warp's two P tiles ([token][head] 16-bit, one per chunk of an iteration): this
-        # lane stores its (token g + 8 n, heads 2q, 2q+1) pairs at tsel + 128 n and reads the
-        # P^T fragment with ldmatrix.trans from row (lane % 16) at src0
+        # lane stores its (token g + 8 n, heads 2q, 2q+1) pairs at p_st + 128 n and reads the
+        # P^T fragment with ldmatrix.trans from row (lane % 16) at p_ld
         s_p = s_q + MAX_GROUP * d * 2 + warp * (2 * P_TILE)
-        tsel = s_p + 4 * lane
-        src0 = s_p + (lane % 16) * (2 * MAX_GROUP)
+        p_st = s_p + 4 * lane
+        p_ld = s_p + (lane % 16) * (2 * MAX_GROUP)
 
         # ---- running state: O^T fragments; per head 2q+j: m, l, sum p*z_v (partials)
         acc = cute.make_rmem_tensor((4 * self.mtiles,), Float32)
@@ -685,12 +673,12 @@ class Int2PagedDecodeSm90:
                 for u in cutlass.range_constexpr(2):
                     self._int2_chunk(sbase + u * self.stage_bytes, pos0 + u * CHUNK, sink,
                                      end_w, qa, qh, acc, st, scale_log2, quad, g,
-                                     tsel + u * P_TILE, src0 + u * P_TILE, False)
+                                     p_st + u * P_TILE, p_ld + u * P_TILE, False)
             else:
                 for u in cutlass.range_constexpr(2):
                     self._int2_chunk(sbase + u * self.stage_bytes, pos0 + u * CHUNK, sink,
                                      end_w, qa, qh, acc, st, scale_log2, quad, g,
-                                     tsel + u * P_TILE, src0 + u * P_TILE, True)
+                                     p_st + u * P_TILE, p_ld + u * P_TILE, True)
             _syncwarp()
         _cp_wait(0)
 
@@ -713,7 +701,7 @@ class Int2PagedDecodeSm90:
             for n in cutlass.range_constexpr(2):
                 valid[n] = Int32(cutlass.select_(c * CHUNK + g + 8 * n < nwin, 1, 0))
             self._chunk(qa, qh, kf0, kf1, va, None, None, None, None, valid, acc, st,
-                        scale_log2, quad, tsel, src0, False)
+                        scale_log2, quad, p_st, p_ld, False)
 
         # ---- finalize this warp's split: reduce l, correction, sum p~ over the 8 token lanes,
         # stage (lse2, normalized o) per warp in shared memory (the ring is free now)
@@ -1055,7 +1043,7 @@ class Int2PagedDecodeSm90:
         _cp_async4_if(c, n_mine, sdst + s4, pa)
 
     def _int2_chunk(self, sbase, pos0, sink, int2_end, qa, qh, acc, st, scale_log2, quad, g,
-                    tsel, src0, masked: bool):
+                    p_st, p_ld, masked: bool):
         """One INT2 chunk from ring stage ``sbase``. ``masked`` (a trace-time flag): some of
         its 16 positions lie outside ``[sink, int2_end)`` (first/last chunk of the range), so
         their scores are -inf and their value scale/zero 0; full chunks skip those selects."""
@@ -1121,7 +1109,7 @@ class Int2PagedDecodeSm90:
             return frag
 
         self._chunk(qa, qh, kf0, kf1, v_frag, sk, zk, sv, zv, valid, acc, st, scale_log2,
-                    quad, tsel, src0, True)
+                    quad, p_st, p_ld, True)
 
     def _unpack_k(self, words, kf):
         """K code words of one token -> 2*ksteps A fragments of fp16 ``m_i * code * 2^-24``."""
@@ -1181,7 +1169,7 @@ class Int2PagedDecodeSm90:
                         QUARTER_MULT[i])
 
     def _chunk(self, qa, qh, kf0, kf1, va, sk, zk, sv, zv, valid, acc, st, scale_log2, quad,
-               tsel, src0, is_int2: bool):
+               p_st, p_ld, is_int2: bool):
         """One 16-token chunk of one warp: S^T = K Q^T (tokens x heads), online softmax per
         head column, warp transpose of P to the B operand, O^T += V^T P^T."""
         if is_int2 and self.s8:
@@ -1237,10 +1225,10 @@ class Int2PagedDecodeSm90:
         # chunks: one tile, ordered by the sync before the next store)
         if not is_int2:
             _syncwarp()
-        _sts_i32(tsel, packed[0])
-        _sts_i32(tsel + 8 * 2 * MAX_GROUP, packed[1])
+        _sts_i32(p_st, packed[0])
+        _sts_i32(p_st + 8 * 2 * MAX_GROUP, packed[1])
         _syncwarp()
-        b0, b1 = _ldsm_x2_trans(src0)
+        b0, b1 = _ldsm_x2_trans(p_ld)
         for mt in range(self.mtiles):
             c = [acc[4 * mt], acc[4 * mt + 1], acc[4 * mt + 2], acc[4 * mt + 3]]
             if callable(va):
@@ -1457,8 +1445,6 @@ def _sts_f32(addr, val):
 
 def _lds_f32(addr):
     return _ptx("ld.shared.f32 {$w0}, [{$r0}];", [Float32], [addr])
-
-
 
 
 def compile_decode(config: Int2DecodeConfig):
