@@ -1,0 +1,104 @@
+"""The operand encodings of the CuTe decode kernel, checked bit-exactly on the CPU against
+the packed format of :func:`oscar_kernels.reference.quant.pack_codes`.
+
+The kernel itself runs only on sm_90 (``test_cute_gpu.py``); these tests pin the integer
+and floating-point identities its unpack relies on (see the module docstring of
+``oscar_kernels/cute/int2_decode_sm90.py``), so that a change of the format or of a mask
+constant fails here first:
+
+* fp16 operands: ``w & mask_i`` read as an fp16 pair is ``4^i * code * 2^-24`` (a subnormal),
+  for the even bytes of a 32-bit word and, after ``>> 8``, for the odd ones;
+* int8 QK (head_dim 128): ``(w * 4^(3-i)) & 0xC0C0C0C0`` is ``64 * code`` of quarter ``i`` in
+  every byte, and the query split ``q' ~ a (hi + lo / 256)`` keeps the score error below
+  ``D * 3 * max|q'| / 65024`` (the bound the docstring states), with ``256 * S_hi + S_lo``
+  inside int32.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from oscar_kernels.reference.quant import pack_codes
+
+QUARTER_MASK = (0x00030003, 0x000C000C, 0x00300030, 0x00C000C0)
+
+
+def _words(packed: torch.Tensor) -> torch.Tensor:
+    """uint8 ``[..., 4 k]`` -> little-endian uint32 words ``[..., k]`` (as int64)."""
+    b = packed.to(torch.int64).reshape(*packed.shape[:-1], -1, 4)
+    return b[..., 0] | (b[..., 1] << 8) | (b[..., 2] << 16) | (b[..., 3] << 24)
+
+
+def _fp16_pair(word: torch.Tensor) -> torch.Tensor:
+    """uint32 words -> their two fp16 halves as float64, ``[..., 2]`` (low half first)."""
+    halves = torch.stack([word & 0xFFFF, word >> 16], dim=-1).to(torch.int16)
+    return halves.view(torch.float16).to(torch.float64)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_fp16_subnormal_operands_are_exact(d):
+    g = torch.Generator().manual_seed(d)
+    codes = torch.randint(0, 4, (32, d), generator=g, dtype=torch.uint8)
+    words = _words(pack_codes(codes))                       # [32, d / 16]
+    q4 = d // 4
+    for i, mask in enumerate(QUARTER_MASK):
+        for shift in (0, 8):                                # even bytes, odd bytes
+            got = _fp16_pair((words >> shift) & mask)       # [32, d / 16, 2]
+            # word w holds bytes 4w .. 4w + 3; the halves take bytes 4w + shift/8 and
+            # 4w + 2 + shift/8, and byte j carries channel j + i * D/4 of quarter i
+            j0 = torch.arange(d // 16) * 4 + shift // 8
+            want = torch.stack([codes[:, j0 + i * q4], codes[:, j0 + 2 + i * q4]], dim=-1)
+            assert torch.equal(got, want.to(torch.float64) * (4 ** i) * 2.0 ** -24)
+    # products with any fp16 query value are exact in float32 (what the MMA accumulates)
+    q = torch.randn(4096, generator=g).to(torch.float16).to(torch.float64)
+    sub = torch.tensor([c * 4 ** i * 2.0 ** -24 for i in range(4) for c in range(4)],
+                       dtype=torch.float64)
+    prod = q[:, None] * sub[None, :]
+    assert torch.equal(prod.to(torch.float32).to(torch.float64), prod)
+
+
+def test_int8_quarter_fields():
+    g = torch.Generator().manual_seed(1)
+    codes = torch.randint(0, 4, (64, 128), generator=g, dtype=torch.uint8)
+    words = _words(pack_codes(codes))                       # [64, 8]
+    for i in range(4):
+        x = ((words * 4 ** (3 - i)) & 0xFFFFFFFF) & 0xC0C0C0C0
+        got = torch.stack([(x >> (8 * b)) & 0xFF for b in range(4)], dim=-1)  # [64, 8, 4]
+        want = codes[:, i * 32:(i + 1) * 32].reshape(64, 8, 4).to(torch.int64) * 64
+        assert torch.equal(got, want)
+
+
+def _split_query(q: torch.Tensor):
+    """The kernel's int8 split of one head's q' (float32 in, as the kernel computes it)."""
+    mx = q.abs().max()
+    inv = torch.where(mx > 0, 127.0 / mx, torch.zeros_like(mx))
+    hi = torch.round(q * inv)                               # cvt.rni: nearest even
+    lo = torch.clamp(torch.round((q * inv - hi) * 256.0), -127, 127)
+    return hi.to(torch.int64), lo.to(torch.int64), mx
+
+
+@pytest.mark.parametrize("outlier", [1.0, 30.0])
+def test_int8_query_split_error_bound(outlier):
+    g = torch.Generator().manual_seed(int(outlier))
+    d = 128
+    for _ in range(50):
+        q = torch.randn(d, generator=g)
+        q[torch.randint(0, d, (3,), generator=g)] *= outlier      # a few large channels
+        q = q.to(torch.bfloat16).to(torch.float32)                # q' is staged as bf16
+        codes = torch.randint(0, 4, (16, d), generator=g).to(torch.int64)
+        hi, lo, mx = _split_query(q)
+        assert int(hi.abs().max()) <= 127 and int(lo.abs().max()) <= 127
+        s_hi = (64 * codes * hi).sum(-1)
+        s_lo = (64 * codes * lo).sum(-1)
+        s = 256 * s_hi + s_lo
+        assert int(s.abs().max()) < 2 ** 30
+        got = s.to(torch.float64) * float(mx) / (127.0 * 64 * 256)
+        want = (codes.to(torch.float64) * q.to(torch.float64)).sum(-1)
+        bound = d * 3 * float(mx) / 65024 * (1 + 1e-6)
+        assert float((got - want).abs().max()) <= bound
+
+
+def test_int8_split_of_a_zero_head_is_zero():
+    hi, lo, mx = _split_query(torch.zeros(128))
+    assert float(mx) == 0.0 and int(hi.abs().sum()) == 0 and int(lo.abs().sum()) == 0
