@@ -12,7 +12,9 @@ top-1 are measured against the bf16 logits inside every part; the columns relati
 the ``bf16`` row (Δ tail perplexity, passkey lost/won) are recomputed from the merged
 ``bf16`` row, so one part may omit it. Rows keep the order of the parts.
 Writes ``results.md``, ``results.json`` and ``results.png`` to ``OUT_DIR`` with every
-part's command in the header.
+part's command in the header. Hand-written sections of an existing ``OUT_DIR/results.md``
+that start at a line ``<!-- kept by merge_parts.py -->`` are carried over to the end of the
+new one.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ SAME = ("model", "heldout", "heldout_tokens", "windows", "ctx", "contexts", "tai
 # may differ between parts: a part with --passkey-stride runs a subset of the same prompts
 # (the table shows each row's own trial count)
 VOLATILE = ("seconds", "passkey_seconds")
+#: results.md from this line on is hand-written and survives a re-merge
+KEEP_MARKER = "<!-- kept by merge_parts.py -->"
 
 
 def _stable(row: dict) -> dict:
@@ -96,6 +100,15 @@ def merge(parts: list[str]) -> tuple[list[dict], dict, list[str]]:
     return rows, meta, notes
 
 
+def kept_tail(md_path: str) -> str:
+    """The hand-written tail of an existing results.md (from :data:`KEEP_MARKER`), or ''."""
+    if not os.path.exists(md_path):
+        return ""
+    text = open(md_path).read()
+    i = text.find(KEEP_MARKER)
+    return text[i:] if i >= 0 else ""
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 2:
         print(__doc__)
@@ -105,7 +118,11 @@ def main(argv: list[str]) -> int:
     # drop notes about rows another part did measure
     labels = {r["label"] for r in rows}
     notes = [n for n in notes if n.split(":")[0] not in labels]
+    tail = kept_tail(os.path.join(out, "results.md"))
     paths = write_outputs(out, rows, meta, meta["contexts"], meta["tail_start"], notes)
+    if tail:
+        with open(paths[0], "a") as f:
+            f.write("\n" + tail)
     print("wrote", ", ".join(paths), f"({len(rows)} rows from {len(parts)} parts)")
     return 0
 
