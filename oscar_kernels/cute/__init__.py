@@ -20,8 +20,8 @@ from . import _bundle
 MAX_GROUP = 8
 #: Tokens per chunk; a chunk must lie inside one page.
 CHUNK = 16
-NUM_WARPS = 4
-#: Resident CTAs per SM the split heuristic aims for (126 registers x 128 threads -> 4).
+#: Resident CTAs per SM the split heuristic aims for, and the kernel's launch bound (128
+#: registers x 128 threads -> 4).
 CTAS_PER_SM = 4
 #: Least fill of the single wave the split heuristic accepts before adding a split.
 WAVE_FILL = 0.8

@@ -160,14 +160,16 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64
 
-# The last CTA of a (sequence, KV head) merges its splits when num_splits * group <=
-# FUSED_TAIL_ROWS (one definition, shared with the host dispatch).
-from . import FUSED_TAIL_ROWS
+# One definition each, shared with the host dispatch: the last CTA of a (sequence, KV head)
+# merges its splits when num_splits * group <= FUSED_TAIL_ROWS; CHUNK tokens per chunk;
+# MAX_GROUP query heads per KV head; MAX_SPLITS splits at most; the split heuristic plans
+# for CTAS_PER_SM resident CTAs, the launch bound below.
+from . import CHUNK, CTAS_PER_SM, FUSED_TAIL_ROWS, MAX_GROUP, MAX_SPLITS
 
 #: Warps per CTA; every warp is an independent KV split.
 NUM_WARPS = 4
 #: Launch bound: registers are capped so this many CTAs fit on an SM (<= 128 registers).
-MIN_CTAS_PER_SM = 4
+MIN_CTAS_PER_SM = CTAS_PER_SM
 #: head_dim whose QK runs on the int8 tensor cores (``mma.m16n8k32.u8.s8``): each K code
 #: byte holds its four 2-bit fields at bits 0-1, 2-3, 4-5, 6-7; ``w * 4^(3-i) & 0xC0C0C0C0``
 #: (one IMAD on the FMA pipe, one LOP3) is 64 x the field of quarter i in every byte, so one
@@ -175,14 +177,8 @@ MIN_CTAS_PER_SM = 4
 #: is split into two int8 parts, ``q' ~ a (hi + lo / 256)``, and the s32 scores of both chains
 #: are combined as ``hi * 256 + lo`` (~16-bit query, exact integer dot products).
 QK_S8_HEAD_DIM = 128
-#: Largest GQA ratio (query heads per KV head): 8 score columns per MMA.
-MAX_GROUP = 8
 #: Thread groups of the merge kernel (each sums every MERGE_PARTS-th split).
 MERGE_PARTS = 4
-#: Most splits per (sequence, KV head) the merge reads (= oscar_kernels.cute.MAX_SPLITS).
-MAX_SPLITS = 128
-#: Tokens per chunk (two 8-token QK N tiles = one 16-token PV K step).
-CHUNK = 16
 #: Bytes of one warp's P tile in shared memory (16 tokens x 8 heads, 16-bit): the S^T
 #: accumulator goes to the P^T B operand through it (2 st.shared + ldmatrix.trans).
 P_TILE = CHUNK * MAX_GROUP * 2
