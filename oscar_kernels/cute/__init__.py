@@ -11,6 +11,7 @@ Importing this module needs neither torch's CUDA nor cutlass.
 from __future__ import annotations
 
 import math
+import os
 import threading
 
 from ..errors import BackendUnavailableError, UnsupportedConfigError, expect
@@ -18,6 +19,9 @@ from . import _bundle
 
 #: Largest GQA ratio (query heads per KV head): the QK MMA has 16 rows, 8 used.
 MAX_GROUP = 8
+#: GQA ratios up to this run the ``decode_pair`` kernel (query heads in MMA columns 0-3 and
+#: again 4-7, two chunks per softmax pass).
+PAIR_MAX_GROUP = 4
 #: Tokens per chunk; a chunk must lie inside one page.
 CHUNK = 16
 #: Resident CTAs per SM the split heuristic aims for, and the kernel's launch bound (128
@@ -32,6 +36,9 @@ MAX_SPLITS = 128
 #: many partials fast: measured 47 us vs 37 us for Llama-3-70B TP8 batch 1 at 8K).
 FUSED_TAIL_ROWS = 128
 HEAD_DIMS = (64, 128)
+#: Byte offset of the debug trace slots in the ticket buffer (``OSCAR_CUTE_DEBUG=trace``
+#: builds, ``OSCAR_CUTE_TRACE=1`` hosts: perf/trace_decode.py).
+TRACE_OFFSET = 1 << 18
 def _kind(dtype) -> int:
     """The kernels' element kind of a q/out dtype: 0 float32, 1 bf16, 2 fp16."""
     import torch
@@ -168,7 +175,8 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
             num_splits, rk_stride, rv_stride, _kind(q.dtype), q.stride(0), q.stride(1),
             _kind(o.dtype), o.stride(0), o.stride(1)]
     scale_log2 = float(sm_scale) * math.log2(math.e)
-    kernel = _bundle.get_kernel("decode", d)
+    # GQA ratio <= 4: the kernel specialized to run two chunks per softmax pass
+    kernel = _bundle.get_kernel("decode_pair" if group <= PAIR_MAX_GROUP else "decode", d)
 
     def run_decode():
         # q @ R_K, attention over this CTA's split, and (fused tail) in the last CTA of each
@@ -213,7 +221,10 @@ def _counters(dev, n: int):
     with _COUNTERS_LOCK:
         buf = _COUNTERS.get(key)
         if buf is None or buf.numel() < n:
-            buf = torch.zeros(max(n, 4096), dtype=torch.int32, device=dev)
+            size = max(n, 4096)
+            if os.environ.get("OSCAR_CUTE_TRACE"):   # debug trace builds: 64 B per CTA
+                size = TRACE_OFFSET // 4 + (1 << 22)
+            buf = torch.zeros(size, dtype=torch.int32, device=dev)
             _COUNTERS[key] = buf
     return buf
 

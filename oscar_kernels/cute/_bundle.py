@@ -2,8 +2,9 @@
 else the ahead-of-time bundle built by :mod:`oscar_kernels.cute.aot`.
 
 A bundle is a directory with ``manifest.json`` and one ``lib<name>.so`` per kernel (C ABI
-``int <name>_load(void)`` and ``int <name>_run(...)``: for ``decode`` 18 int64 pointers,
-18 int32, one float and the stream; ``merge`` 5 pointers, 8 int32 and the stream).
+``int <name>_load(void)`` and ``int <name>_run(...)``: for ``decode`` and ``decode_pair``
+(the same kernel specialized for GQA ratios <= 4) 18 int64 pointers, 18 int32, one float
+and the stream; ``merge`` 5 pointers, 8 int32 and the stream).
 The directory is ``$OSCAR_CUTE_BUNDLE`` when set, else ``oscar_kernels/cute/prebuilt``.
 ``OSCAR_CUTE_MODE=bundle`` or ``=jit`` forces one source. Nothing here needs a GPU to
 import; loading a library needs ``libcudart.so.13`` (import torch first, it loads it).
@@ -27,6 +28,8 @@ BUNDLE_FORMAT = 1
 #: C argument types of each kernel, in order (pointers as int64, then ints, floats, stream).
 _ARGTYPES = {
     "decode": [ctypes.c_int64] * 18 + [ctypes.c_int32] * 18 + [ctypes.c_float, ctypes.c_void_p],
+    "decode_pair": [ctypes.c_int64] * 18 + [ctypes.c_int32] * 18
+    + [ctypes.c_float, ctypes.c_void_p],
     "merge": [ctypes.c_int64] * 5 + [ctypes.c_int32] * 8 + [ctypes.c_void_p],
 }
 OPS = tuple(_ARGTYPES)
@@ -42,6 +45,7 @@ def bundle_dir() -> str:
 
 def kernel_name(op: str, head_dim: int) -> str:
     return {"decode": f"int2_decode_sm90_d{head_dim}",
+            "decode_pair": f"int2_decode_pair_sm90_d{head_dim}",
             "merge": f"int2_decode_merge_sm90_d{head_dim}"}[op]
 
 
@@ -131,8 +135,8 @@ def _load_jit_kernel(op: str, head_dim: int) -> Callable:
 
     from .int2_decode_sm90 import Int2DecodeConfig, compile_decode, compile_merge
 
-    cfg = Int2DecodeConfig(head_dim=head_dim)
-    compiled = (compile_decode if op == "decode" else compile_merge)(cfg)
+    cfg = Int2DecodeConfig(head_dim=head_dim, pair=op == "decode_pair")
+    compiled = (compile_merge if op == "merge" else compile_decode)(cfg)
 
     def launch(*args) -> None:
         *rest, stream = args

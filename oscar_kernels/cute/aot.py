@@ -96,9 +96,11 @@ def build(out_dir: str, cuda_home: str, head_dims=HEAD_DIMS) -> dict:
     kernels = {}
     for d in head_dims:
         cfg = Int2DecodeConfig(head_dim=d)
-        for op, name, fn in (("decode", cfg.name, compile_decode),
-                             ("merge", cfg.merge_name, compile_merge)):
-            fn(cfg).export_to_c(out_dir, name)
+        pair = Int2DecodeConfig(head_dim=d, pair=True)
+        for op, name, fn, c in (("decode", cfg.name, compile_decode, cfg),
+                                ("decode_pair", pair.name, compile_decode, pair),
+                                ("merge", cfg.merge_name, compile_merge, cfg)):
+            fn(c).export_to_c(out_dir, name)
             lib = _link(out_dir, name, cuda_home)
             kernels[name] = {"op": op, "head_dim": d, "library": os.path.basename(lib),
                              "arch": "sm_90a"}

@@ -164,7 +164,7 @@ from cutlass import Float32, Int32, Int64
 # merges its splits when num_splits * group <= FUSED_TAIL_ROWS; CHUNK tokens per chunk;
 # MAX_GROUP query heads per KV head; MAX_SPLITS splits at most; the split heuristic plans
 # for CTAS_PER_SM resident CTAs, the launch bound below.
-from . import CHUNK, CTAS_PER_SM, FUSED_TAIL_ROWS, MAX_GROUP, MAX_SPLITS
+from . import CHUNK, CTAS_PER_SM, FUSED_TAIL_ROWS, MAX_GROUP, MAX_SPLITS, TRACE_OFFSET
 
 #: Warps per CTA; every warp is an independent KV split.
 NUM_WARPS = 4
@@ -192,6 +192,15 @@ NUM_INT_ARGS = 18
 #: Depth of each warp's cp.async ring (chunks in flight per warp), per head_dim.
 STAGES = {64: 8, 128: 8}
 assert all(s & (s - 1) == 0 for s in STAGES.values())   # ring index = chunk & (stages - 1)
+#: Debug builds only (read when the module is imported, so set it for ``aot build``): a
+#: comma-separated list of phases to leave out -- ``rot`` (query rotation), ``loop`` (INT2
+#: chunks), ``win`` (BF16 window chunks), ``tail`` (split merge), ``merge`` (the merge after
+#: the ticket), ``fence`` -- (results are wrong: for timing what each phase adds), and/or
+#: ``trace``: thread 0 of every CTA stores %globaltimer at its phase boundaries into the
+#: ticket buffer (``OSCAR_CUTE_TRACE=1`` makes the host allocate room; read by
+#: perf/trace_decode.py). Unset (the shipped bundle), the kernels are byte-identical to a
+#: build without these switches.
+_DEBUG = frozenset(x for x in os.environ.get("OSCAR_CUTE_DEBUG", "").split(",") if x)
 
 
 @dataclass(frozen=True)
@@ -199,10 +208,12 @@ class Int2DecodeConfig:
     """Static compile key of :class:`Int2PagedDecodeSm90`."""
 
     head_dim: int
+    #: GQA ratios <= 4 only: two chunks per softmax pass (see ``_int2_pair``)
+    pair: bool = False
 
     @property
     def name(self) -> str:
-        return f"int2_decode_sm90_d{self.head_dim}"
+        return f"int2_decode{'_pair' if self.pair else ''}_sm90_d{self.head_dim}"
 
     @property
     def merge_name(self) -> str:
@@ -453,6 +464,7 @@ class Int2PagedDecodeSm90:
         self.nbk = d // 16             # K-code bytes per thread and token
         self.nbv = d // 32             # V-code bytes per thread and token
         self.s8 = d == QK_S8_HEAD_DIM  # QK on the int8 tensor cores (else fp16 subnormals)
+        self.pair = config.pair        # GQA <= 4: chunk pairs share one softmax pass
         self.row_bytes = d // 4        # code bytes per token and head
         self.stage_bytes = 2 * CHUNK * self.row_bytes + 2 * CHUNK * 4
         self.stages = STAGES[d]
@@ -520,6 +532,8 @@ class Int2PagedDecodeSm90:
         num_qo_heads = num_kv_heads * group
         nsw = num_splits * NUM_WARPS
         wsplit = split * NUM_WARPS + warp
+        cta = (b * num_kv_heads + h) * num_splits + split   # debug trace slot
+        _trace(counter_ptr, cta, 0, tidx)
         smem = cute.arch.get_dyn_smem(cutlass.Int8, alignment=16).toint()
         smem_warp = smem + warp * (self.stages * self.stage_bytes)
         s_x = smem + self.ring_bytes                 # [MAX_GROUP, d] float32: q rows
@@ -605,13 +619,21 @@ class Int2PagedDecodeSm90:
 
         # ---- q' = q @ R_K[h] for the group's heads (bf16, in shared memory), computed by
         # the CTA while the ring prologue's loads are in flight
-        self._rotate_query(q_ptr, rk_ptr, s_x, s_q, b, h, group, num_qo_heads, rk_stride,
-                           q_kind, q_stride_b, q_stride_h, tidx)
+        if cutlass.const_expr("rot" not in _DEBUG):
+            self._rotate_query(q_ptr, rk_ptr, s_x, s_q, b, h, group, num_qo_heads, rk_stride,
+                               q_kind, q_stride_b, q_stride_h, tidx)
+        else:   # debug: q' = 1 (no rotation)
+            for e in cutlass.range(tidx, MAX_GROUP * d // 2, 32 * NUM_WARPS):
+                _sts_i32(s_q + e * 4, Int32(0x3F803F80))
+            cute.arch.sync_threads()
+        _trace(counter_ptr, cta, 1, tidx)
 
         # ---- query fragment (B operand of S^T): head g (rows >= group read head group-1 and
         # are zeroed), permuted channels, / m_i; fp16 for the INT2 chunks
-        gq = cutlass.min(g, group - 1)
-        qkeep = Float32(cutlass.select_(g < group, 1.0, 0.0))
+        # pair kernel (GQA ratio <= 4): the heads in columns 0-3 and again in 4-7
+        gcol = g & 3 if cutlass.const_expr(self.pair) else g
+        gq = cutlass.min(gcol, group - 1)
+        qkeep = Float32(cutlass.select_(gcol < group, 1.0, 0.0))
         qa = cute.make_rmem_tensor((2 * self.ksteps,), Int32)
         # per-thread constants of its two score columns, heads 2 quad + {0, 1}:
         # qh[j] = scale_log2 * sum(q'), qh[2 + j] = the INT2 score scale (scale_log2 * 2^24
@@ -649,7 +671,10 @@ class Int2PagedDecodeSm90:
         # 32 tokens). Positions at or past end_w (this warp's range end) are masked, so the
         # odd last iteration's phantom second chunk (stale stage, nothing issued) adds 0.
         end_w = cutlass.min(int2_end, (ia + w_end) * CHUNK)
-        for i in cutlass.range(0, n_mine, 2):
+        n_loop = n_mine
+        if cutlass.const_expr("loop" in _DEBUG):
+            n_loop = Int32(0)
+        for i in cutlass.range(0, n_loop, 2):
             j = i + self.stages - 2
             if (j & 31) == 0:     # j is even: chunks j and j + 1 share a block
                 pt[0] = self._chunk_row(pt[1], page_size, stride_page, stride_slot, head_row,
@@ -665,7 +690,14 @@ class Int2PagedDecodeSm90:
             _syncwarp()
             sbase = smem_warp + (i & (self.stages - 1)) * self.stage_bytes
             pos0 = (ia + w_begin + i) * CHUNK
-            if pos0 >= sink and pos0 + 2 * CHUNK <= end_w:
+            if cutlass.const_expr(self.pair):
+                if pos0 >= sink and pos0 + 2 * CHUNK <= end_w:
+                    self._int2_pair(sbase, sbase + self.stage_bytes, pos0, sink, end_w, qa, qh,
+                                    acc, st, scale_log2, quad, g, p_st, p_ld, False)
+                else:
+                    self._int2_pair(sbase, sbase + self.stage_bytes, pos0, sink, end_w, qa, qh,
+                                    acc, st, scale_log2, quad, g, p_st, p_ld, True)
+            elif pos0 >= sink and pos0 + 2 * CHUNK <= end_w:
                 for u in cutlass.range_constexpr(2):
                     self._int2_chunk(sbase + u * self.stage_bytes, pos0 + u * CHUNK, sink,
                                      end_w, qa, qh, acc, st, scale_log2, quad, g,
@@ -677,10 +709,13 @@ class Int2PagedDecodeSm90:
                                      p_st + u * P_TILE, p_ld + u * P_TILE, True)
             _syncwarp()
         _cp_wait(0)
+        _trace(counter_ptr, cta, 2, tidx)
 
         # ---------------------------------------------- BF16 window chunks
         # (bf16 MMAs: window values times m_i may exceed the fp16 range; q fragments again,
         # as bf16)
+        if cutlass.const_expr("win" in _DEBUG):
+            n_win = Int32(0)
         if wsplit < n_win:
             self._query_frags(s_q, gq, qkeep, quad, qa, False)
         for c in cutlass.range(wsplit, n_win, nsw):
@@ -696,11 +731,14 @@ class Int2PagedDecodeSm90:
             valid = cute.make_rmem_tensor((2,), Int32)
             for n in cutlass.range_constexpr(2):
                 valid[n] = Int32(cutlass.select_(c * CHUNK + g + 8 * n < nwin, 1, 0))
+                if cutlass.const_expr(self.pair):   # columns 4-7 repeat the heads: use 0-3
+                    valid[n] = valid[n] & Int32(cutlass.select_(quad < 2, 1, 0))
             self._chunk(qa, qh, kf0, kf1, va, None, None, None, None, valid, acc, st,
                         scale_log2, quad, p_st, p_ld, False)
 
         # ---- finalize this warp's split: reduce l, correction, sum p~ over the 8 token lanes,
         # stage (lse2, normalized o) per warp in shared memory (the ring is free now)
+        _trace(counter_ptr, cta, 3, tidx)
         cute.arch.sync_threads()
         cbase = smem_warp - warp * (self.stages * self.stage_bytes)
         wbase = cbase + warp * self.combine_bytes
@@ -724,20 +762,25 @@ class Int2PagedDecodeSm90:
                     _sts_f32(wbase + (MAX_GROUP + head * d + ch) * 4, val)
         cute.arch.sync_threads()
         # ---- combine the CTA's warps: one partial (lse2, o) per (sequence, head, split)
+        # (pair kernel: head column h + 4 is a second partial of head h in every warp)
+        cols = 2 if cutlass.const_expr(self.pair) else 1
         for e in cutlass.range(tidx, group * d, 32 * NUM_WARPS):
             head = e // d
             ch = e - head * d
             mx = Float32(NEG_INF)
             for w in cutlass.range_constexpr(NUM_WARPS):
-                mx = _fmax(mx, _lds_f32(cbase + w * self.combine_bytes + head * 4))
+                for k in cutlass.range_constexpr(cols):
+                    mx = _fmax(mx, _lds_f32(cbase + w * self.combine_bytes + (head + 4 * k) * 4))
             tot = Float32(0.0)
             val = Float32(0.0)
             if mx > Float32(NEG_INF):
                 for w in cutlass.range_constexpr(NUM_WARPS):
-                    ww = _ex2(_lds_f32(cbase + w * self.combine_bytes + head * 4) - mx)
-                    tot = tot + ww
-                    val = val + ww * _lds_f32(cbase + w * self.combine_bytes
-                                              + (MAX_GROUP + head * d + ch) * 4)
+                    for k in cutlass.range_constexpr(cols):
+                        hk = head + 4 * k
+                        ww = _ex2(_lds_f32(cbase + w * self.combine_bytes + hk * 4) - mx)
+                        tot = tot + ww
+                        val = val + ww * _lds_f32(cbase + w * self.combine_bytes
+                                                  + (MAX_GROUP + hk * d + ch) * 4)
                 val = val * _rcp(tot)
             hrow = (Int64(b) * Int64(num_qo_heads) + Int64(h * group + head)) * num_splits + split
             _stg_f32(opart_ptr + (hrow * d + Int64(ch)) * 4, val)
@@ -748,11 +791,15 @@ class Int2PagedDecodeSm90:
                 _stg_f32(lse_ptr_part + hrow * 4, lse2)
         # ---- the last CTA of this (sequence, KV head) to finish merges the splits (when
         # num_splits * group <= FUSED_TAIL_ROWS; else Int2DecodeMergeSm90 runs next)
+        _trace(counter_ptr, cta, 4, tidx)
+        if cutlass.const_expr("tail" in _DEBUG):
+            num_splits = Int32(FUSED_TAIL_ROWS + 1)
         if num_splits * group <= FUSED_TAIL_ROWS:
             self._ticket_and_merge(opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr,
                                    counter_ptr, s_x, cbase, b, h, group, num_kv_heads,
                                    num_qo_heads, num_splits, rv_stride, o_kind, o_stride_b,
                                    o_stride_h, tidx, warp, lane)
+        _trace(counter_ptr, cta, 6, tidx)
 
     # ------------------------------------------------------------- helpers
     def _query_frags(self, s_q, gq, qkeep, quad, qa, f16: bool):
@@ -818,17 +865,22 @@ class Int2PagedDecodeSm90:
                           s_x, cbase, b, h, group, num_kv_heads, num_qo_heads, num_splits,
                           rv_stride, o_kind, o_stride_b, o_stride_h, tidx, warp, lane):
         """Atomic ticket per (sequence, KV head); the CTA drawing the last one merges."""
-        _fence_acq_rel_gpu()
+        if cutlass.const_expr("fence" not in _DEBUG):
+            _fence_acq_rel_gpu()
         cute.arch.sync_threads()
         if tidx == 0:
             _sts_i32(s_x, _atom_add_s32(counter_ptr + (Int64(b) * Int64(num_kv_heads)
                                                       + Int64(h)) * 4, 1))
         cute.arch.sync_threads()
+        _trace(counter_ptr, (b * num_kv_heads + h) * num_splits + cute.arch.block_idx()[0], 5,
+               tidx)
         if _lds_b32(s_x) == num_splits - 1:
-            _fence_acq_rel_gpu()
-            self._merge_tail(opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, cbase, b, h,
-                             group, num_qo_heads, num_splits, rv_stride, o_kind, o_stride_b,
-                             o_stride_h, tidx, warp, lane)
+            if cutlass.const_expr("fence" not in _DEBUG):
+                _fence_acq_rel_gpu()
+            if cutlass.const_expr("merge" not in _DEBUG):
+                self._merge_tail(opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, cbase, b, h,
+                                 group, num_qo_heads, num_splits, rv_stride, o_kind,
+                                 o_stride_b, o_stride_h, tidx, warp, lane)
             if tidx == 0:   # graph-safe: the counter is zero again for the next launch
                 _stg_s32(counter_ptr + (Int64(b) * Int64(num_kv_heads) + Int64(h)) * 4, 0)
 
@@ -1038,19 +1090,11 @@ class Int2PagedDecodeSm90:
             _cp_async16_if(c, n_mine, sdst + s_c, ka)
         _cp_async4_if(c, n_mine, sdst + s4, pa)
 
-    def _int2_chunk(self, sbase, pos0, sink, int2_end, qa, qh, acc, st, scale_log2, quad, g,
-                    p_st, p_ld, masked: bool):
-        """One INT2 chunk from ring stage ``sbase``. ``masked`` (a trace-time flag): some of
-        its 16 positions lie outside ``[sink, int2_end)`` (first/last chunk of the range), so
-        their scores are -inf and their value scale/zero 0; full chunks skip those selects."""
+    def _load_k(self, sbase, quad, g):
+        """A fragments of the chunk's K codes at ring stage ``sbase`` (tokens g, g + 8)."""
         rb = self.row_bytes
         kf0 = cute.make_rmem_tensor((2 * self.ksteps,), Int32)
         kf1 = cute.make_rmem_tensor((2 * self.ksteps,), Int32)
-        sk = cute.make_rmem_tensor((2,), Float32)
-        zk = cute.make_rmem_tensor((2,), Float32)
-        sv = cute.make_rmem_tensor((2,), Float32)
-        zv = cute.make_rmem_tensor((2,), Float32)
-        valid = cute.make_rmem_tensor((2,), Int32) if masked else None
         for n in range(2):
             t = g + 8 * n
             addr = sbase + t * rb + quad * self.nbk
@@ -1069,6 +1113,19 @@ class Int2PagedDecodeSm90:
                                               [x])
             else:
                 self._unpack_k(words, kf0 if n == 0 else kf1)
+        return kf0, kf1
+
+    def _load_params(self, sbase, pos0, sink, int2_end, g, masked: bool):
+        """Scale/zero of K and V of this lane's tokens g, g + 8 (V's zeroed, and a 0/1
+        validity per token returned, when ``masked``)."""
+        rb = self.row_bytes
+        sk = cute.make_rmem_tensor((2,), Float32)
+        zk = cute.make_rmem_tensor((2,), Float32)
+        sv = cute.make_rmem_tensor((2,), Float32)
+        zv = cute.make_rmem_tensor((2,), Float32)
+        valid = cute.make_rmem_tensor((2,), Int32) if masked else None
+        for n in range(2):
+            t = g + 8 * n
             a, zz = _f16x2_to_f32(_lds_b32(sbase + 2 * CHUNK * rb + t * 4))
             sk[n] = a
             zk[n] = zz
@@ -1083,12 +1140,17 @@ class Int2PagedDecodeSm90:
             else:
                 sv[n] = a2
                 zv[n] = z2
+        return sk, zk, sv, zv, valid
+
+    def _v_frags(self, sbase, quad, g):
+        """V codes of the chunk at ``sbase`` -> ``f(mt)``: the A fragment of M tile ``mt``,
+        unpacked lazily right before its MMA (fewer live registers)."""
+        rb = self.row_bytes
         vw = []
         for j in range(4):
             t = 2 * quad + (j % 2) + 8 * (j // 2)
             vaddr = sbase + CHUNK * rb + t * rb + g * self.nbv
             vw.append(_lds_b32(vaddr) if self.nbv == 4 else _lds_b16(vaddr))
-        # V codes are unpacked lazily, one M tile right before its MMA (fewer live registers)
         xs = [[_prmt(vw[2 * pair], vw[2 * pair + 1], 0x5410 if u == 0 else 0x7632)
                for u in range(self.nbv // 2)] for pair in range(2)]
         shifted = [[_shr(x, 8) for x in row] for row in xs]
@@ -1103,9 +1165,41 @@ class Int2PagedDecodeSm90:
                     # accumulators, which sum over thousands of tokens
                     frag.append(_and_mask(x, QUARTER_MASK[i]))
             return frag
+        return v_frag
 
+    def _int2_chunk(self, sbase, pos0, sink, int2_end, qa, qh, acc, st, scale_log2, quad, g,
+                    p_st, p_ld, masked: bool):
+        """One INT2 chunk from ring stage ``sbase``. ``masked`` (a trace-time flag): some of
+        its 16 positions lie outside ``[sink, int2_end)`` (first/last chunk of the range), so
+        their scores are -inf and their value scale/zero 0; full chunks skip those selects."""
+        kf0, kf1 = self._load_k(sbase, quad, g)
+        sk, zk, sv, zv, valid = self._load_params(sbase, pos0, sink, int2_end, g, masked)
+        v_frag = self._v_frags(sbase, quad, g)
         self._chunk(qa, qh, kf0, kf1, v_frag, sk, zk, sv, zv, valid, acc, st, scale_log2,
                     quad, p_st, p_ld, True)
+
+    def _int2_pair(self, sa, sb, pos0, sink, int2_end, qa, qh, acc, st, scale_log2, quad, g,
+                   p_st, p_ld, masked: bool):
+        """Two INT2 chunks (ring stages ``sa``, ``sb``; positions pos0.., pos0 + 16..) with
+        one softmax pass, for GQA ratios <= 4: the query fragment holds the group's heads
+        in columns 0-3 and again in 4-7, so chunk A's scores are live in lanes of columns
+        0-3 (quad < 2) and chunk B's in lanes of columns 4-7 (quad >= 2): one select per
+        score merges them, and the scale/exp/sum/pack work per 16 tokens and warp halves
+        (columns 4-7 carry a second running state per head, merged in the combine). The
+        P tile then holds [P_A | P_B]; each PV MMA takes its chunk's columns (the other
+        half of the B fragment zeroed)."""
+        hi = Int32(cutlass.select_(quad >= 2, 1, 0))
+        kf0, kf1 = self._load_k(sa, quad, g)
+        s_a = self._qk(qa, kf0, kf1, True)
+        kf0, kf1 = self._load_k(sb, quad, g)
+        s_b = self._qk(qa, kf0, kf1, True)
+        s_acc = [_sel_f32(hi, s_b[k], s_a[k]) for k in range(4)]
+        sown = sa + hi * (sb - sa)
+        sk, zk, sv, zv, valid = self._load_params(sown, pos0 + hi * CHUNK, sink, int2_end, g,
+                                                  masked)
+        v_frags = (self._v_frags(sa, quad, g), self._v_frags(sb, quad, g))
+        self._softmax_pv(s_acc, qh, v_frags, sk, zk, sv, zv, valid, acc, st, scale_log2,
+                         p_st, p_ld, True, g)
 
     def _unpack_k(self, words, kf):
         """K code words of one token -> 2*ksteps A fragments of fp16 ``m_i * code * 2^-24``."""
@@ -1168,6 +1262,13 @@ class Int2PagedDecodeSm90:
                p_st, p_ld, is_int2: bool):
         """One 16-token chunk of one warp: S^T = K Q^T (tokens x heads), online softmax per
         head column, warp transpose of P to the B operand, O^T += V^T P^T."""
+        s_acc = self._qk(qa, kf0, kf1, is_int2)
+        self._softmax_pv(s_acc, qh, va, sk, zk, sv, zv, valid, acc, st, scale_log2, p_st,
+                         p_ld, is_int2, None)
+
+    def _qk(self, qa, kf0, kf1, is_int2: bool):
+        """S^T of one chunk: s_acc[2 n + j] = score of token g + 8 n, head column 2 quad + j
+        (raw: INT2 chunks before the per-token scale/zero)."""
         if is_int2 and self.s8:
             # two s32 chains (high / low query parts) over the four quarters, hi * 256 + lo
             z = Int32(0)
@@ -1185,7 +1286,12 @@ class Int2PagedDecodeSm90:
                                           kf1[2 * s + 1], qa[2 * s], qa[2 * s + 1],
                                           *chains[s % 2], f16=is_int2))
             s_acc = [chains[0][i] + chains[1][i] for i in range(4)]
-        # s_acc[2 n + j]: token g + 8 n, head 2 quad + j
+        return s_acc
+
+    def _softmax_pv(self, s_acc, qh, va, sk, zk, sv, zv, valid, acc, st, scale_log2, p_st,
+                    p_ld, is_int2: bool, g_pair):
+        """Online softmax of the scores ``s_acc`` and O^T += V^T P^T. ``g_pair`` (this lane's
+        head column g) set: a chunk pair (``va`` = (V of A, V of B)), see _int2_pair."""
         sc = []
         sk2 = ([[sk[n] * qh[2 + j] for j in range(2)] for n in range(2)] if is_int2
                else None)
@@ -1219,12 +1325,23 @@ class Int2PagedDecodeSm90:
         # through this warp's P tile: [token][head] stores, ldmatrix.trans -> (tokens 2q,
         # 2q + 1 (+ 8), head g); the tile of a chunk is rewritten two chunks later (window
         # chunks: one tile, ordered by the sync before the next store)
-        if not is_int2:
+        if not is_int2 or g_pair is not None:
             _syncwarp()
         _sts_i32(p_st, packed[0])
         _sts_i32(p_st + 8 * 2 * MAX_GROUP, packed[1])
         _syncwarp()
         b0, b1 = _ldsm_x2_trans(p_ld)
+        if g_pair is not None:
+            # columns 0-3 (g < 4) are chunk A's P, 4-7 chunk B's
+            lo = Int32(cutlass.select_(g_pair < 4, -1, 0))
+            bs = [(b0 & lo, b1 & lo), (b0 & ~lo, b1 & ~lo)]
+            for mt in range(self.mtiles):
+                for c_i in range(2):
+                    c = [acc[4 * mt], acc[4 * mt + 1], acc[4 * mt + 2], acc[4 * mt + 3]]
+                    r = _mma(*va[c_i](mt), bs[c_i][0], bs[c_i][1], *c, f16=True)
+                    for i in range(4):
+                        acc[4 * mt + i] = r[i]
+            return
         for mt in range(self.mtiles):
             c = [acc[4 * mt], acc[4 * mt + 1], acc[4 * mt + 2], acc[4 * mt + 3]]
             if callable(va):
@@ -1378,6 +1495,16 @@ def _ldcg_vec(addr, n: int):
         return _ptx("ld.global.cg.v4.f32 {{$w0}, {$w1}, {$w2}, {$w3}}, [{$r0}];", [Float32] * 4,
                     [addr])
     return _ptx("ld.global.cg.v2.f32 {{$w0}, {$w1}}, [{$r0}];", [Float32] * 2, [addr])
+
+
+def _trace(counter_ptr, cta, k: int, tidx):
+    """Debug (``OSCAR_CUTE_DEBUG=trace`` builds only): thread 0 stores %globaltimer in u64
+    slot ``k`` and %smid in slot 7 of this CTA's 8 slots, 256 KB past the tickets."""
+    if "trace" in _DEBUG:
+        slot = counter_ptr + Int64(TRACE_OFFSET) + Int64(cta) * 64
+        _ptx("{ .reg .pred p; setp.eq.s32 p, {$r2}, 0; "
+             "@p st.global.u64 [{$r0}], {$r3}; @p st.global.u32 [{$r1}], {$r4}; }", [],
+             [slot + k * 8, slot + 56, tidx, cute.arch.globaltimer(), cute.arch.smid()])
 
 
 def _prefetch_l2(addr):

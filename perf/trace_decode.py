@@ -1,0 +1,132 @@
+"""Phase timeline of the CuTe INT2 decode kernel, from %globaltimer stamps in a debug build.
+
+Where a batch-1 or batch-8 call spends its time is not visible in a kernel's total: this
+reads, per CTA, when it started, finished the query rotation (with the geometry, page-id
+and ring-prologue loads before it), the INT2 chunk loop, the BF16 window chunks, the
+combine + partial stores, the ticket, and (last CTA of a sequence / KV head) the split
+merge. Build a bundle with the trace stores first (they are compiled out otherwise):
+
+    OSCAR_CUTE_DEBUG=trace CUTE_DSL_ARCH=sm_90a python -m oscar_kernels.cute.aot build \\
+        --out /tmp/trace_bundle --head-dims 128
+    OSCAR_CUTE_BUNDLE=/tmp/trace_bundle PYTHONPATH=. python perf/trace_decode.py \\
+        --model qwen3-8b --batch 8 --context 8192 65536
+
+Timestamps have the timer's resolution (0.256 us on an H200); each phase prints min /
+median / p90 / max over CTAs in microseconds. The call is the fourth of four (warm code,
+L2 flushed by a 256 MB write before each call), not CUDA-graph replayed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+os.environ.setdefault("OSCAR_CUTE_TRACE", "1")   # the host allocates room for the slots
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+
+PHASES = [("rotation", 0, 1), ("int2 loop", 1, 2), ("window", 2, 3), ("combine", 3, 4),
+          ("ticket", 4, 5)]
+
+
+def _stats(x: torch.Tensor) -> dict:
+    if x.numel() == 0:
+        return {}
+    s = x.sort().values
+    n = s.numel()
+    return {"min": float(s[0]), "med": float(s[n // 2]), "p90": float(s[min(n - 1, int(n * 0.9))]),
+            "max": float(s[-1])}
+
+
+def trace_call(model: str, batch_size: int, context: int, page_size: int = 16) -> dict:
+    from oscar_kernels import CacheSpec, LayerRotation, cute, ops
+    from oscar_kernels.cute.bench import MODELS, make_cache
+    from oscar_kernels.cute import TRACE_OFFSET
+
+    hq, h, d = MODELS[model]
+    dev = torch.device("cuda")
+    spec = CacheSpec(num_kv_heads=h, head_dim=d, page_size=page_size, kv_layout="HND")
+    rot = LayerRotation.hadamard(d).to(dev)
+    cache, table = make_cache(spec, batch_size, context, dev)
+    q = torch.randn(batch_size, hq, d, dtype=torch.bfloat16, device=dev)
+    out = torch.empty_like(q)
+    splits = cute.num_splits_for(batch_size, h, torch.cuda.get_device_properties(dev)
+                                 .multi_processor_count, hq // h)
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
+    ncta = batch_size * h * splits
+    for _ in range(4):
+        for buf in cute._COUNTERS.values():
+            buf[TRACE_OFFSET // 4:].zero_()
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        ops.paged_decode_attention(q, cache, *table, rot, out=out, backend="cute",
+                                   check_bounds=False)
+        end.record()
+        torch.cuda.synchronize()
+    buf = next(iter(cute._COUNTERS.values()))
+    slots = buf[TRACE_OFFSET // 4: TRACE_OFFSET // 4 + ncta * 16].view(torch.int64)
+    slots = slots.view(ncta, 8).cpu()
+    if int((slots[:, 0] == 0).sum()):
+        raise RuntimeError("no trace stamps: is OSCAR_CUTE_BUNDLE a bundle built with "
+                           "OSCAR_CUTE_DEBUG=trace?")
+    t = slots[:, :7].double()
+    t = torch.where(slots[:, :7] == 0, torch.full_like(t, float("nan")), t)
+    t = (t - t[:, 0].min()) / 1e3                       # us since the first CTA started
+    row = {"model": model, "batch": batch_size, "context": context, "splits": splits,
+           "ctas": ncta, "event_us": start.elapsed_time(end) * 1e3,
+           "start": _stats(t[:, 0])}
+    for name, a, b in PHASES:
+        dt = t[:, b] - t[:, a]
+        row[name] = _stats(dt[~torch.isnan(dt)])
+    tail = t[:, 6] - t[:, 5]
+    merged = tail > 0.3                                  # the CTAs that ran the merge
+    row["merge tail (last CTA)"] = _stats(tail[merged & ~torch.isnan(tail)])
+    row["end"] = _stats(t[:, 6])
+    # per SM: mean INT2-loop time of its CTAs (equal work per CTA: the spread is the SMs')
+    sm = (slots[:, 7] & 0xFFFFFFFF).long()
+    loop = t[:, 2] - t[:, 1]
+    per_sm = torch.zeros(int(sm.max()) + 1, dtype=torch.float64).index_add_(0, sm, loop)
+    cnt = torch.zeros_like(per_sm).index_add_(0, sm, torch.ones_like(loop))
+    per_sm = per_sm / cnt.clamp(min=1)
+    row["int2 loop per SM (mean us, by smid)"] = [round(float(x), 2) for x in per_sm]
+    row["CTAs per SM"] = [int(x) for x in cnt]
+    # per CTA (index (b * kv_heads + h) * splits + split): smid, INT2-loop time
+    row["per CTA smid"] = [int(x) for x in sm]
+    row["per CTA int2 loop us"] = [round(float(x), 2) for x in loop]
+    row["last CTA to end"] = [round(float(x), 2) for x in t[int(t[:, 6].nan_to_num(-1).argmax())]]
+    return row
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="qwen3-8b")
+    ap.add_argument("--batch", type=int, nargs="+", default=[8])
+    ap.add_argument("--context", type=int, nargs="+", default=[8192])
+    ap.add_argument("--out", default=None, help="also write the rows as JSON here")
+    a = ap.parse_args(argv)
+    rows = []
+    for b in a.batch:
+        for n in a.context:
+            row = trace_call(a.model, b, n)
+            rows.append(row)
+            print(f"{a.model} batch {b} context {n}: {row['splits']} splits, {row['ctas']} CTAs, "
+                  f"call {row['event_us']:.1f} us (events, not graph-replayed)")
+            for k in ["start"] + [p[0] for p in PHASES] + ["merge tail (last CTA)", "end"]:
+                v = row[k]
+                cols = ("min", "med", "p90", "max")
+                print(f"  {k:22s} " + ("  ".join(f"{s} {v[s]:7.2f}" for s in cols) if v else "-"))
+            print(f"  last CTA to end (stamps 0-6, us): {row['last CTA to end']}")
+            sys.stdout.flush()
+    if a.out:
+        from harness import env_header
+        with open(a.out, "w") as f:
+            json.dump({"header": env_header(" ".join(sys.argv)), "rows": rows}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
