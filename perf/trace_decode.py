@@ -23,7 +23,6 @@ import json
 import os
 import sys
 
-os.environ.setdefault("OSCAR_CUTE_TRACE", "1")   # the host allocates room for the slots
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
@@ -47,6 +46,9 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16) -
     from oscar_kernels.cute import TRACE_OFFSET
 
     hq, h, d = MODELS[model]
+    # the ticket buffers are reallocated with room for the trace slots (64 B per CTA)
+    os.environ["OSCAR_CUTE_TRACE"] = "1"
+    cute._COUNTERS.clear()
     dev = torch.device("cuda")
     spec = CacheSpec(num_kv_heads=h, head_dim=d, page_size=page_size, kv_layout="HND")
     rot = LayerRotation.hadamard(d).to(dev)

@@ -9,11 +9,14 @@ rotated space, for every (sequence ``b``, KV head ``h``, query head ``g`` of its
     score_t = q'_g . k'_t                                 BF16 sink/recent token
     o'_g    = sum_t p_t s^v_t c^v_t + (sum_t p_t z^v_t) 1  (+ BF16 tokens: p_t v'_t)
 
-Kernels (one specialization per ``head_dim`` in {64, 128}; everything else is a runtime
-argument, so the ahead-of-time bundle holds 2 small libraries per head_dim):
+Kernels (specialized per ``head_dim`` in {64, 128} and, for the decode, per GQA class;
+everything else is a runtime argument, so the ahead-of-time bundle holds 3 small libraries
+per head_dim):
 
 * :class:`Int2PagedDecodeSm90` the whole decode in one launch, split over KV: grid
-  ``(num_splits, num_kv_heads, batch_size)``, 4 warps per CTA.
+  ``(num_splits, num_kv_heads, batch_size)``, 4 warps per CTA. ``decode_pair``
+  (``Int2DecodeConfig(pair=True)``, GQA ratios <= 4, e.g. Qwen3-8B/4B) runs two chunks per
+  softmax pass (below); ``decode`` (ratios 5-8, e.g. Llama-3-70B TP8) one.
 
   1. Prologue: L2 prefetch of ``R_K[h]`` (and of ``R_V[h]`` from split 0), page-table
      block, the first 6 chunks of the cp.async ring, and while those are in flight the CTA
@@ -63,6 +66,19 @@ reaches the P^T operand through a per-warp 256-byte shared-memory tile: two
 ``st.shared.b32`` of the packed (head 2q, 2q+1) pairs, one ``ldmatrix.x2.trans`` (before:
 4 shuffles, 2 ``prmt`` and a per-lane selector, ~5 ALU instructions more per chunk).
 
+Chunk pairs (``decode_pair``, GQA ratio <= 4): with at most 4 query heads the S^T
+accumulator's columns 4-7 would be padding, and the lanes holding them (quad 2, 3) would
+run the softmax on nothing -- half of the scale / max / exp / sum / pack instructions per
+chunk. So the query fragment holds the group's heads in columns 0-3 and again in 4-7; of an
+iteration's two chunks A and B, chunk A's scores are taken from columns 0-3 and chunk B's
+from 4-7 (one select per score), and one softmax pass covers both (each lane's params come
+from its chunk's stage). Columns 4-7 carry a second running (m, l, O) per head, merged with
+columns 0-3 in the CTA combine like another warp's partial. The P tile then holds
+[P_A | P_B]; the PV MMAs of chunk A take the B fragment with columns 4-7 zeroed, chunk B's
+with 0-3 zeroed (two ANDs each). BF16 window chunks (one at a time) use columns 0-3 only.
+Fast path per 16 tokens and warp: 204 -> 178 SASS at head_dim 128, 151 -> 126.5 at 64;
+qwen3-8b batch 128 at 128K 2.97 -> 2.66 ms (83 % of the read ceiling).
+
 QK on the int8 tensor cores (head_dim 128): each code byte holds its channel quarters'
 2-bit fields at bits 0-1, 2-3, 4-5, 6-7, so ``(w * 4^(3 - i)) & 0xC0C0C0C0`` is 64 x the
 quarter-i codes of four channels as u8 -- one multiply (IMAD, FMA pipe, where ptxas keeps
@@ -93,17 +109,19 @@ and the O/l rescale run in one warp-uniform branch only when some lane's scores 
 the running max.
 
 Why these roles and tiles (measured, perf/results/2026-11-29_h200_*): the kernel is
-SM-bound, not memory-bound. Nsight Compute at 584d9d9 (qwen3-8b batch 128 at 128K, HND,
-2.98 ms): issue slots 64 % busy, integer ALU pipe 55 % of peak (61 % at 3c9c141, before
-the int8 QK), tensor 29 %, FMA-heavy 26 %, DRAM 69 %, 3.6 of 4 warps per scheduler active;
-per issued instruction 1.63 cycles stalled on fixed-latency dependencies, 1.13 not
-selected, 0.85 on the busy ALU pipe. Executed SASS per 16-token chunk and warp on the fast
+SM-bound, not memory-bound. Nsight Compute at 5c97ebd (``decode_pair``, qwen3-8b batch 128
+at 128K, HND, 2.68 ms): issue slots 63 % busy, integer ALU pipe 61 % of peak, tensor 33 %,
+FMA-heavy 24 %, DRAM 77 %, 3.6 of 4 warps per scheduler active; per issued instruction 1.59
+cycles stalled on fixed-latency dependencies, 1.14 not selected, 1.05 on the busy math
+pipes (at 584d9d9, one chunk per pass: ALU 55 %, DRAM 69 %, 2.98 ms). Executed SASS per 16-token chunk and warp on the fast
 path (D = 128): 317 (b12a836) -> 293 (52e59d6: two chunks per iteration, fp16 magic
 operands) -> 211 (3c9c141: subnormal operands, 32-chunk row blocks: the issue path went
 from 146 to 67 instructions per 2 chunks) -> 209.5 (zero-fill copies) -> 205.5 (f187341:
-int8 QK; integer ALU 103.5 -> 86) -> 204 (c6dfa37: P through shared memory; ALU 83).
+int8 QK; integer ALU 103.5 -> 86) -> 204 (c6dfa37: P through shared memory; ALU 83) ->
+178 (5c97ebd: chunk pairs for GQA <= 4; the ALU part, 82.5, is now the K/V unpack).
 qwen3-8b batch 128 at 128K on HND pages: 4.40 ms (b12a836) -> 3.94 ms (52e59d6) -> 3.19 ms
-(75c1fc7) -> 2.97 ms (584d9d9, 74 % of the read ceiling, 5.06x FlashInfer BF16). A separate
+(75c1fc7) -> 2.97 ms (584d9d9, 74 % of the read ceiling, 5.06x FlashInfer BF16) -> 2.66 ms
+(5c97ebd, 83 %, 5.64x). A separate
 producer warp was measured and lost in an earlier session: 5 warps per CTA fit only 3 CTAs
 per SM at 128 registers (6.28 vs 5.01 ms).
 
@@ -120,7 +138,25 @@ saved ~1 us per call in isolation but cost 1-2.5 us per layer in the e2e step (q
 batch 1, 8K and 100K), so it was taken out again. Earlier: 5801c73 ran 5-6 launches
 (46 us at 8K), 3c91185 one or two (34.5 us).
 
-Tried and not kept (numbers in perf/results/2026-11-29_h200_cute_session*_sweeps.json):
+Where a call's time goes (perf/trace_decode.py: %globaltimer stamps per CTA from a build
+with ``OSCAR_CUTE_DEBUG=trace``; perf/results/2026-11-29_h200_trace_decode_*): before its
+first INT2 chunk a CTA spends 7-12 us (geometry and page-id loads, ring prologue, the query
+rotation reading 64 KB of ``R_K`` from L2 in every CTA), after its last 2-5 us (BF16 window
+chunks, 1-5 per warp at batch 128, unpipelined), 1-3 us combining its warps and, in the CTA
+that merges the splits, 6-15 us more. At batch 8-32 (one wave) this is ~25 us of every
+call. CTAs on one SM run their INT2 loops at very different speeds by dispatch order (rank
+0 of 4 ~35 % faster than rank 3 at qwen3-8b batch 32, 64K: older warps are issued first),
+but an SM's total does not change: a per-(sequence, KV head) queue of 32-chunk blocks that
+let the faster CTAs take more work evened the loop times and gained nothing (and cost ~4 %
+more instructions per chunk); perf/results/2026-11-29_h200_trace_decode_dyn_queue_*.
+
+Tried and not kept (numbers in perf/results/2026-11-29_h200_cute_session*_sweeps.json and
+..._session5_experiments.json): the merge tail with ``R_V`` staged in shared memory by
+coalesced ``cp.async`` (the tail's 12 us of ``R_V`` work is not its loads), then that tail
+and the query rotation written as small loops for a cold instruction cache (tail 5230 ->
+1391 SASS, prologue + rotation 2071 -> 807; batch 8 at 8K 51 -> 46 us, but the main loop's
+schedule changed with them and ran 2-4 % slower at 64K-128K); the dynamic chunk queue (above); more splits at batch 8-128 (the
+heuristic's choice was the best or within 1 %);
 query fragments in shared memory instead of 16 registers (SASS 382 instructions, ptxas
 rematerializes anyway); 3 CTAs/SM at 168 registers (again at 3c9c141+: qwen3-8b b128 128K
 3.31 vs 3.21 ms, llama3-70b-tp8 b128 0.570 vs 0.459 ms); a producer warp (above); HND
@@ -141,8 +177,14 @@ Resource usage (cuobjdump of the bundle's cubin): decode D=128 128 registers, 72
 (spills in the BF16 window loop and the rotation prologue; the INT2 main loop has none),
 45,056 B dynamic smem (ring 36,864 + q rows + q' + P tiles), 32 IMMA.16832.U8.S8 (QK) + 32
 HMMA.16816.F32 (PV) + 16 HMMA.16816.F32.BF16 (window) + 5 LDSM.16.MT88.2 + 30 LDGSTS + 1
-ATOMG in the SASS (no UTMALDG); decode D=64 127 registers, no stack; merge 56
+ATOMG in the SASS (no UTMALDG); decode_pair D=128 128 registers, 80 B stack (window loop
+and prologue; none in the main loop), same smem, 32 IMMA + 32 HMMA + 16 HMMA.BF16 + 3 LDSM
++ 30 LDGSTS; decode D=64 127 registers, decode_pair D=64 124, no stack; merge 56
 registers.
+
+Debug builds: ``OSCAR_CUTE_DEBUG`` (read at import, so set it for ``aot build``) compiles in
+phase skips (timing only) or the %globaltimer trace; unset, the kernels are byte-identical
+to a build without the switches.
 
 Constraints (``oscar_kernels.cute.can_implement``): ``head_dim`` 64 or 128;
 ``group_size == head_dim``; fp16 scales; ``page_size % 16 == 0``; GQA ratio 1..8; NHD or

@@ -44,6 +44,20 @@ def test_prebuilt_manifest_lists_both_head_dims(monkeypatch):
         assert os.path.getsize(os.path.join(_bundle.bundle_dir(), entry["library"])) < 2 << 20
 
 
+def test_prebuilt_bundle_has_every_op_per_head_dim(monkeypatch):
+    """decode (GQA > 4), decode_pair (GQA <= 4: two chunks per softmax pass) and merge, for
+    both head dims, under the names the loader looks up; decode_pair has decode's C ABI."""
+    monkeypatch.delenv("OSCAR_CUTE_BUNDLE", raising=False)
+    kernels = _bundle.read_manifest()["kernels"]
+    assert set(_bundle.OPS) == {"decode", "decode_pair", "merge"}
+    for d in (64, 128):
+        for op in _bundle.OPS:
+            entry = kernels[_bundle.kernel_name(op, d)]
+            assert (entry["op"], entry["head_dim"]) == (op, d)
+    assert _bundle._ARGTYPES["decode_pair"] == _bundle._ARGTYPES["decode"]
+    assert cute.PAIR_MAX_GROUP == 4   # the pair kernel holds the heads in MMA columns 0-3
+
+
 def test_missing_or_bad_bundle_is_a_typed_error(tmp_path, monkeypatch):
     monkeypatch.setenv("OSCAR_CUTE_BUNDLE", str(tmp_path))
     monkeypatch.setenv("OSCAR_CUTE_MODE", "bundle")

@@ -1,0 +1,45 @@
+"""perf/trace_decode.py helpers that run without a GPU (the timeline itself needs an H100/H200
+and a bundle built with OSCAR_CUTE_DEBUG=trace)."""
+
+import importlib.util
+import os
+
+import pytest
+import torch
+
+_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "perf", "trace_decode.py")
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("trace_decode", _PATH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_stats_are_order_statistics():
+    mod = _module()
+    x = torch.randperm(101).double()           # 0 .. 100 shuffled
+    s = mod._stats(x)
+    assert (s["min"], s["med"], s["p90"], s["max"]) == (0.0, 50.0, 90.0, 100.0)
+    assert mod._stats(torch.empty(0)) == {}
+
+
+def test_importing_does_not_switch_the_trace_allocation_on(monkeypatch):
+    monkeypatch.delenv("OSCAR_CUTE_TRACE", raising=False)
+    _module()
+    assert "OSCAR_CUTE_TRACE" not in os.environ
+
+
+def test_trace_offset_leaves_room_for_the_tickets():
+    from oscar_kernels import cute
+    # tickets are int32 per (sequence, KV head); the trace slots start past 65536 of them
+    assert cute.TRACE_OFFSET % 64 == 0 and cute.TRACE_OFFSET // 4 >= 65536
+
+
+@pytest.mark.parametrize("argv", [["--help"]])
+def test_cli_help(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        _module().main(argv)
+    assert e.value.code == 0
+    assert "globaltimer" in capsys.readouterr().out
