@@ -113,9 +113,9 @@ SM-bound, not memory-bound. Nsight Compute at 5c97ebd (``decode_pair``, qwen3-8b
 at 128K, HND, 2.68 ms): issue slots 63 % busy, integer ALU pipe 61 % of peak, tensor 33 %,
 FMA-heavy 24 %, DRAM 77 %, 3.6 of 4 warps per scheduler active; per issued instruction 1.59
 cycles stalled on fixed-latency dependencies, 1.14 not selected, 1.05 on the busy math
-pipes (at 584d9d9, one chunk per pass: ALU 55 %, DRAM 69 %, 2.98 ms). Executed SASS per 16-token chunk and warp on the fast
-path (D = 128): 317 (b12a836) -> 293 (52e59d6: two chunks per iteration, fp16 magic
-operands) -> 211 (3c9c141: subnormal operands, 32-chunk row blocks: the issue path went
+pipes (at 584d9d9, one chunk per pass: ALU 55 %, DRAM 69 %, 2.98 ms). Executed SASS per
+16-token chunk and warp on the fast path (D = 128): 317 (b12a836) -> 293 (52e59d6: two
+chunks per iteration, fp16 magic operands) -> 211 (3c9c141: subnormal operands, 32-chunk row blocks: the issue path went
 from 146 to 67 instructions per 2 chunks) -> 209.5 (zero-fill copies) -> 205.5 (f187341:
 int8 QK; integer ALU 103.5 -> 86) -> 204 (c6dfa37: P through shared memory; ALU 83) ->
 178 (5c97ebd: chunk pairs for GQA <= 4; the ALU part, 82.5, is now the K/V unpack).
@@ -155,8 +155,8 @@ Tried and not kept (numbers in perf/results/2026-11-29_h200_cute_session*_sweeps
 coalesced ``cp.async`` (the tail's 12 us of ``R_V`` work is not its loads), then that tail
 and the query rotation written as small loops for a cold instruction cache (tail 5230 ->
 1391 SASS, prologue + rotation 2071 -> 807; batch 8 at 8K 51 -> 46 us, but the main loop's
-schedule changed with them and ran 2-4 % slower at 64K-128K); the dynamic chunk queue (above); more splits at batch 8-128 (the
-heuristic's choice was the best or within 1 %);
+schedule changed with them and ran 2-4 % slower at 64K-128K); the dynamic chunk queue
+(above); more splits at batch 8-128 (the heuristic's choice was the best or within 1 %);
 query fragments in shared memory instead of 16 registers (SASS 382 instructions, ptxas
 rematerializes anyway); 3 CTAs/SM at 168 registers (again at 3c9c141+: qwen3-8b b128 128K
 3.31 vs 3.21 ms, llama3-70b-tp8 b128 0.570 vs 0.459 ms); a producer warp (above); HND
