@@ -117,13 +117,13 @@ pipes (at 584d9d9, one chunk per pass: ALU 55 %, DRAM 69 %, 2.98 ms). Executed S
 16-token chunk and warp on the fast path (D = 128): 317 (b12a836) -> 293 (52e59d6: two
 chunks per iteration, fp16 magic operands) -> 211 (3c9c141: subnormal operands, 32-chunk
 row blocks: the issue path went from 146 to 67 instructions per 2 chunks) -> 209.5
-(zero-fill copies) -> 205.5 (f187341: int8 QK; integer ALU 103.5 -> 86) -> 204 (c6dfa37: P through shared memory; ALU 83) ->
-178 (5c97ebd: chunk pairs for GQA <= 4; the ALU part, 82.5, is now the K/V unpack).
-qwen3-8b batch 128 at 128K on HND pages: 4.40 ms (b12a836) -> 3.94 ms (52e59d6) -> 3.19 ms
-(75c1fc7) -> 2.97 ms (584d9d9, 74 % of the read ceiling, 5.06x FlashInfer BF16) -> 2.66 ms
-(5c97ebd, 83 %, 5.64x). A separate
-producer warp was measured and lost in an earlier session: 5 warps per CTA fit only 3 CTAs
-per SM at 128 registers (6.28 vs 5.01 ms).
+(zero-fill copies) -> 205.5 (f187341: int8 QK; integer ALU 103.5 -> 86) -> 204 (c6dfa37: P
+through shared memory; ALU 83) -> 178 (5c97ebd: chunk pairs for GQA <= 4; the ALU part,
+82.5, is now the K/V unpack). qwen3-8b batch 128 at 128K on HND pages: 4.40 ms (b12a836) ->
+3.94 ms (52e59d6) -> 3.19 ms (75c1fc7) -> 2.97 ms (584d9d9, 74 % of the read ceiling, 5.06x
+FlashInfer BF16) -> 2.66 ms (5c97ebd, 83 %, 5.64x). A separate producer warp was measured
+and lost in an earlier session: 5 warps per CTA fit only 3 CTAs per SM at 128 registers
+(6.28 vs 5.01 ms).
 
 Fixed cost per call (the batch-1 regime), H200, cold L2 (an empty kernel under the same
 harness takes 3.4 us): at 82d67f8 the qwen3-8b batch-1 8K decode launch took 22.9 us and
