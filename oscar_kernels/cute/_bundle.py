@@ -26,10 +26,10 @@ log = logging.getLogger(__name__)
 
 BUNDLE_FORMAT = 1
 #: C argument types of each kernel, in order (pointers as int64, then ints, floats, stream).
+_DECODE_ARGS = [ctypes.c_int64] * 18 + [ctypes.c_int32] * 18 + [ctypes.c_float, ctypes.c_void_p]
 _ARGTYPES = {
-    "decode": [ctypes.c_int64] * 18 + [ctypes.c_int32] * 18 + [ctypes.c_float, ctypes.c_void_p],
-    "decode_pair": [ctypes.c_int64] * 18 + [ctypes.c_int32] * 18
-    + [ctypes.c_float, ctypes.c_void_p],
+    "decode": _DECODE_ARGS,
+    "decode_pair": _DECODE_ARGS,        # the same launcher, specialized for GQA <= 4
     "merge": [ctypes.c_int64] * 5 + [ctypes.c_int32] * 8 + [ctypes.c_void_p],
 }
 OPS = tuple(_ARGTYPES)

@@ -838,7 +838,7 @@ class Int2PagedDecodeSm90:
             num_splits = Int32(FUSED_TAIL_ROWS + 1)
         if num_splits * group <= FUSED_TAIL_ROWS:
             self._ticket_and_merge(opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr,
-                                   counter_ptr, s_x, cbase, b, h, group, num_kv_heads,
+                                   counter_ptr, s_x, cbase, b, h, cta, group, num_kv_heads,
                                    num_qo_heads, num_splits, rv_stride, o_kind, o_stride_b,
                                    o_stride_h, tidx, warp, lane)
         _trace(counter_ptr, cta, 6, tidx)
@@ -904,7 +904,7 @@ class Int2PagedDecodeSm90:
 
     @cute.jit
     def _ticket_and_merge(self, opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, counter_ptr,
-                          s_x, cbase, b, h, group, num_kv_heads, num_qo_heads, num_splits,
+                          s_x, cbase, b, h, cta, group, num_kv_heads, num_qo_heads, num_splits,
                           rv_stride, o_kind, o_stride_b, o_stride_h, tidx, warp, lane):
         """Atomic ticket per (sequence, KV head); the CTA drawing the last one merges."""
         if cutlass.const_expr("fence" not in _DEBUG):
@@ -914,8 +914,7 @@ class Int2PagedDecodeSm90:
             _sts_i32(s_x, _atom_add_s32(counter_ptr + (Int64(b) * Int64(num_kv_heads)
                                                       + Int64(h)) * 4, 1))
         cute.arch.sync_threads()
-        _trace(counter_ptr, (b * num_kv_heads + h) * num_splits + cute.arch.block_idx()[0], 5,
-               tidx)
+        _trace(counter_ptr, cta, 5, tidx)
         if _lds_b32(s_x) == num_splits - 1:
             if cutlass.const_expr("fence" not in _DEBUG):
                 _fence_acq_rel_gpu()
