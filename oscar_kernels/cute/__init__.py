@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+import weakref
 
 from ..errors import BackendUnavailableError, UnsupportedConfigError, expect
 from . import _bundle
@@ -164,15 +165,17 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
         r = r if r.stride(-1) == 1 and r.stride(-2) == d else r.contiguous()
         return r, (0 if r.shape[0] == 1 or r.stride(0) == 0 else r.stride(0))
 
-    rot_k, rk_stride = rot_ok(rot_k)
+    # the rotations as fp16 tensor-core operands (cached); the merge kernel reads R_V as is
+    rk_op, rk_stride = mma_operand(rot_k, transpose=True)
+    rv_op, rv_op_stride = mma_operand(rot_v, transpose=False)
     rot_v, rv_stride = rot_ok(rot_v)
     counters = _counters(dev, batch_size * h)
     sp, ss, sh = _row_strides(spec)
     ptrs = [q, cache.k_codes, cache.k_params, cache.v_codes, cache.v_params, cache.k_window,
             cache.v_window, kv_indptr, kv_indices, kv_last_page_len, window_slots, o_part,
-            lse_part, rot_k, rot_v, o, lse, counters]
+            lse_part, rk_op, rv_op, o, lse, counters]
     ints = [batch_size, h, group, spec.page_size, sp, ss, sh, spec.sink_size, spec.recent_size,
-            num_splits, rk_stride, rv_stride, _kind(q.dtype), q.stride(0), q.stride(1),
+            num_splits, rk_stride, rv_op_stride, _kind(q.dtype), q.stride(0), q.stride(1),
             _kind(o.dtype), o.stride(0), o.stride(1)]
     scale_log2 = float(sm_scale) * math.log2(math.e)
     # GQA ratio <= 4: the kernel specialized to run two chunks per softmax pass
@@ -201,6 +204,55 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
     def result():
         return (out if out is not None else o), lse
     return steps, result
+
+
+#: (id(base tensor), transpose) -> (weakref to it, key of the view, operand); see mma_operand
+_OPERANDS: dict = {}
+
+
+def mma_operand(rot, transpose: bool):
+    """A ``[H, D, D]`` rotation (float) as the decode kernel's fp16 tensor-core operand:
+    ``A = rot[h]^T`` (``transpose``: the query rotation, ``q'^T = R_K^T q^T``) or
+    ``A = rot[h]`` (the output rotation, ``o^T = R_V o'^T``) in ``mma.m16n8k16``
+    A-fragment order, as int32 ``[H', D * D / 2]`` (``H' = 1`` when every head shares one
+    matrix, i.e. ``H == 1`` or a stride-0 expand), plus the head stride in int32 words (0
+    when shared).
+
+    Element ``[h, ((mt * D/16 + ks) * 32 + lane) * 4 + r]`` holds the fp16 pair
+    ``(A[m, k], A[m, k + 1])`` with ``m = 16 mt + lane // 4 + 8 (r % 2)`` and
+    ``k = 16 ks + 2 (lane % 4) + 8 (r // 2)``. fp16 keeps 11 bits of the orthogonal
+    matrix's entries (``|R| <= 1``), below the bf16 rounding of ``q'`` that follows and the
+    kernel's bf16-level tolerance on ``o``.
+
+    Cached per source tensor (weakly, keyed by its base tensor, the view's geometry and the
+    version counter, so an in-place update or a new tensor is never served stale data); not
+    cached while a CUDA graph is being captured (the conversion then runs inside the graph).
+    """
+    import torch
+
+    base = rot._base if rot._base is not None else rot
+    key = (rot.data_ptr(), tuple(rot.shape), tuple(rot.stride()), rot._version, transpose)
+    with _COUNTERS_LOCK:
+        hit = _OPERANDS.get((id(base), transpose))
+        if hit is not None and hit[0]() is base and hit[1] == key:
+            return hit[2]
+    n, d, _ = rot.shape
+    shared = n == 1 or rot.stride(0) == 0
+    a = rot[:1] if shared else rot
+    a = (a.transpose(-1, -2) if transpose else a).to(torch.float16)          # [H', m, k]
+    mt = d // 16
+    # (H, MT, RM, G, KS, RK, Q4, P) -> (H, MT, KS, G, Q4, RK, RM, P): m = 16 MT + 8 RM + G,
+    # k = 16 KS + 8 RK + 2 Q4 + P, lane = 4 G + Q4, register r = RM + 2 RK
+    frag = a.reshape(-1, mt, 2, 8, mt, 2, 4, 2).permute(0, 1, 4, 3, 6, 5, 2, 7)
+    frag = frag.contiguous().view(-1, d * d).view(torch.int32)
+    result = (frag, 0 if shared else d * d // 2)
+    if not (rot.is_cuda and torch.cuda.is_current_stream_capturing()):
+        with _COUNTERS_LOCK:
+            if len(_OPERANDS) >= 256:      # forget the entries of freed tensors
+                for k in [k for k, v in _OPERANDS.items() if v[0]() is None]:
+                    del _OPERANDS[k]
+            _OPERANDS[(id(base), transpose)] = (weakref.ref(base), key, result)
+    return result
 
 
 _COUNTERS: dict = {}

@@ -24,7 +24,7 @@ from ..errors import BackendUnavailableError
 
 log = logging.getLogger(__name__)
 
-BUNDLE_FORMAT = 1
+BUNDLE_FORMAT = 2
 #: C argument types of each kernel, in order (pointers as int64, then ints, floats, stream).
 _DECODE_ARGS = [ctypes.c_int64] * 18 + [ctypes.c_int32] * 18 + [ctypes.c_float, ctypes.c_void_p]
 _ARGTYPES = {

@@ -30,7 +30,7 @@ import os
 import subprocess
 import sys
 
-BUNDLE_FORMAT = 1
+BUNDLE_FORMAT = 2
 HEAD_DIMS = (64, 128)
 
 

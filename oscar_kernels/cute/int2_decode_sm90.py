@@ -224,10 +224,6 @@ MERGE_PARTS = 4
 #: Bytes of one warp's P tile in shared memory (16 tokens x 8 heads, 16-bit): the S^T
 #: accumulator goes to the P^T B operand through it (2 st.shared + ldmatrix.trans).
 P_TILE = CHUNK * MAX_GROUP * 2
-#: Rows of R_K each thread loads per round trip in the in-kernel query rotation.
-ROT_K = 64
-#: Columns of R_V each thread loads per round trip in the merge tail.
-RV_COLS = 64
 #: C ABI of the launcher: pointers (int64), then int32 arguments, one float, the stream.
 NUM_PTR_ARGS = 18
 NUM_INT_ARGS = 18
@@ -469,6 +465,18 @@ def _lds_v2(addr):
     return _ptx("ld.shared.v2.b32 {{$w0}, {$w1}}, [{$r0}];", [Int32, Int32], [addr])
 
 
+def _lds_v2f(addr):
+    return _ptx("ld.shared.v2.f32 {{$w0}, {$w1}}, [{$r0}];", [Float32, Float32], [addr])
+
+
+def _f32_bits(x):
+    return _ptx("mov.b32 {$w0}, {$r0};", [Int32], [x])
+
+
+def _bits_f32(x):
+    return _ptx("mov.b32 {$w0}, {$r0};", [Float32], [x])
+
+
 class Int2PagedDecodeSm90:
     """Split-KV INT2/BF16 paged decode attention, one specialization per ``head_dim``.
 
@@ -587,17 +595,28 @@ class Int2PagedDecodeSm90:
         lines = d * d * 4 // 128 // (32 * NUM_WARPS)
         if split == 0:
             rk_rows = rk_ptr + Int64(h) * Int64(rk_stride) * 4 + Int64(tidx) * 128
-            for i in cutlass.range_constexpr(lines):
+            for i in cutlass.range_constexpr(lines // 2):     # fp16 operand: d * d * 2 bytes
                 _prefetch_l2(rk_rows + i * (32 * NUM_WARPS * 128))
             rv_rows = rv_ptr + Int64(h) * Int64(rv_stride) * 4 + Int64(tidx) * 128
             for i in cutlass.range_constexpr(lines):
                 _prefetch_l2(rv_rows + i * (32 * NUM_WARPS * 128))
 
-        # ---- sequence geometry (all on device; CUDA-graph safe)
+        # ---- sequence geometry loads (all on device; CUDA-graph safe): in flight while the
+        # CTA rotates its query rows
         p_begin = _ldg_s32(indptr_ptr + Int64(b) * 4)
         p_end = _ldg_s32(indptr_ptr + Int64(b + 1) * 4)
         last = _ldg_s32(last_ptr + Int64(b) * 4)
         wslot = _ldg_s32(slots_ptr + Int64(b) * 4)
+
+        # ---- q' = q @ R_K[h] for the group's heads (bf16, in shared memory) on the tensor
+        # cores, first thing (placed after the ring prologue, where its round trip would
+        # overlap the chunk loads, ptxas scheduled the main loop 2-4 % longer)
+        if cutlass.const_expr("rot" not in _DEBUG):
+            rot_af, rot_qx = self._rotation_loads(q_ptr, rk_ptr, b, h, group, rk_stride,
+                                                  q_kind, q_stride_b, q_stride_h, tidx)
+            self._rotate_query(rot_af, rot_qx, s_x, s_q, group, tidx)
+
+        # ---- sequence geometry
         npages = p_end - p_begin
         seq_len = Int32(0)
         if npages > 0:
@@ -659,12 +678,7 @@ class Int2PagedDecodeSm90:
             if k % 2 == 1:
                 _cp_commit()
 
-        # ---- q' = q @ R_K[h] for the group's heads (bf16, in shared memory), computed by
-        # the CTA while the ring prologue's loads are in flight
-        if cutlass.const_expr("rot" not in _DEBUG):
-            self._rotate_query(q_ptr, rk_ptr, s_x, s_q, b, h, group, num_qo_heads, rk_stride,
-                               q_kind, q_stride_b, q_stride_h, tidx)
-        else:   # debug: q' = 1 (no rotation)
+        if cutlass.const_expr("rot" in _DEBUG):   # debug: q' = 1 (no rotation)
             for e in cutlass.range(tidx, MAX_GROUP * d // 2, 32 * NUM_WARPS):
                 _sts_i32(s_q + e * 4, Int32(0x3F803F80))
             cute.arch.sync_threads()
@@ -925,46 +939,110 @@ class Int2PagedDecodeSm90:
             if tidx == 0:   # graph-safe: the counter is zero again for the next launch
                 _stg_s32(counter_ptr + (Int64(b) * Int64(num_kv_heads) + Int64(h)) * 4, 0)
 
-    @cute.jit
-    def _rotate_query(self, q_ptr, rk_ptr, s_x, s_q, b, h, group, num_qo_heads, rk_stride,
-                      q_kind, q_stride_b, q_stride_h, tidx):
-        """``s_q[g, c] = bf16(sum_k q[b, h * group + g, k] R_K[h, k, c])`` for ``g < group``:
-        q rows staged as float32 in ``s_x``, thread ``c < d`` owns output channel ``c``
-        (``R_K`` rows read coalesced, ``ROT_K`` in flight; the first ``ROT_K`` are issued
-        before the q rows are staged, so both memory round trips overlap), float32 FMA
-        chains like the reference."""
+    def _rows_b_frags(self, s_rows, group, g, quad):
+        """B fragments (``m16n8k16``, K = the d channels, N = 8 heads) of the float32 rows
+        ``s_rows[head, d]`` in shared memory: lane (g, quad) holds head ``g`` (columns past
+        the group are zero) at channels ``16 ks + 2 quad (+ 8)``, as fp16 pairs after a
+        per-head power-of-two scale that puts the row's largest magnitude in ``[2^13, 2^14)``
+        (no overflow for any finite row; exact for bf16 values in fp16's normal range).
+        Returns the fragments and the unscale factors of this lane's output columns
+        ``2 quad`` and ``2 quad + 1``."""
         d = self.d
-        mcol = rk_ptr + (Int64(h) * Int64(rk_stride) + Int64(tidx)) * 4
-        m0 = []
-        if cutlass.const_expr(d == 32 * NUM_WARPS):
-            for i in cutlass.range_constexpr(ROT_K):
-                m0.append(_ldg_f32_nc(mcol + Int64(i) * (d * 4)))
-        for e in cutlass.range(tidx, group * d, 32 * NUM_WARPS):
-            gg = e // d
-            k = e - gg * d
+        gq = cutlass.min(g, group - 1)
+        keep = Float32(cutlass.select_(g < group, 1.0, 0.0))
+        xv = []
+        mx = Float32(0.0)
+        for ks in range(d // 16):
+            for half in range(2):
+                x0, x1 = _lds_v2f(s_rows + (gq * d + 16 * ks + 8 * half + 2 * quad) * 4)
+                xv.append((x0 * keep, x1 * keep))
+                mx = _fmax(mx, _fmax(_fabs(x0), _fabs(x1)))
+        mx = _fmax(mx, _shfl_bfly(mx, 1))
+        mx = _fmax(mx, _shfl_bfly(mx, 2))
+        # scale 2^(13 - floor(log2 max)) from the exponent field, clamped to normal floats
+        ebits = (_f32_bits(mx) >> 23) & 0xFF
+        sexp = cutlass.max(1, cutlass.min(253, 267 - ebits))
+        scale = _bits_f32(sexp << 23)
+        inv = _bits_f32((254 - sexp) << 23)
+        bf = [_pack_f16x2(x0 * scale, x1 * scale) for x0, x1 in xv]
+        return bf, [_shfl_idx(inv, 8 * quad), _shfl_idx(inv, 8 * quad + 4)]
+
+    def _mma_f16_tile(self, af, j, bf):
+        """D (16 x 8, float32) of M tile ``j`` of this warp: the A fragments ``af[j * d/16 +
+        ks]`` (host-prepared, see ``oscar_kernels.cute.mma_operand``) times ``bf``."""
+        ks_n = self.d // 16
+        c = [Float32(0.0)] * 4
+        for ks in range(ks_n):
+            a = af[j * ks_n + ks]
+            c = list(_mma(a[0], a[1], a[2], a[3], bf[2 * ks], bf[2 * ks + 1], *c, f16=True))
+        return c
+
+    def _operand_loads(self, ptr, h, stride, tidx):
+        """This warp's A fragments of a host-prepared ``d x d`` fp16 operand
+        (``oscar_kernels.cute.mma_operand``, ``[mt][ks][lane][4 x b32]``, head stride
+        ``stride`` words): M tiles ``warp * d/64 + j``, all ``d/16`` K steps, one 16-byte
+        load each, all in flight at once."""
+        d = self.d
+        warp = tidx // 32
+        lane = tidx % 32
+        mt_w = d // 64
+        ks_n = d // 16
+        abase = ptr + (Int64(h) * Int64(stride) + Int64(lane * 4)) * 4
+        af = []
+        for j in range(mt_w):
+            for ks in range(ks_n):
+                af.append(_ldg_v4(abase + Int64(((warp * mt_w + j) * ks_n + ks) * 512)))
+        return af
+
+    @cute.jit
+    def _rotation_loads(self, q_ptr, rk_ptr, b, h, group, rk_stride, q_kind, q_stride_b,
+                        q_stride_h, tidx):
+        """Issue the loads of the query rotation (at the kernel's start, so that their
+        round trip overlaps the sequence geometry and page-id loads): this warp's A fragments
+        of ``R_K^T`` and this thread's q elements. ``rk_ptr`` is the host-prepared operand
+        (:func:`oscar_kernels.cute.rk_operand`): ``R_K^T`` in fp16, already in A-fragment
+        order ``[mt][ks][lane][4 x b32]``, so warp ``w`` loads its ``d / 64`` M tiles x
+        ``d / 16`` K steps as 16-byte loads, all in flight at once (32 KB per head at
+        ``d = 128``, half the bytes of float32)."""
+        d = self.d
+        af = self._operand_loads(rk_ptr, h, rk_stride, tidx)
+        qx = []
+        for i in cutlass.range_constexpr(MAX_GROUP * d // (32 * NUM_WARPS)):
+            e = tidx + i * (32 * NUM_WARPS)
+            gg = cutlass.min(e // d, group - 1)
             qel = (Int64(b) * Int64(q_stride_b) + Int64(h * group + gg) * Int64(q_stride_h)
-                   + Int64(k))
-            _sts_f32(s_x + e * 4, _ldg_kind(q_ptr + qel * 4, q_ptr + qel * 2, q_kind))
+                   + Int64(e - (e // d) * d))
+            qx.append(_ldg_kind(q_ptr + qel * 4, q_ptr + qel * 2, q_kind))
+        return af, qx
+
+    @cute.jit
+    def _rotate_query(self, af, qx, s_x, s_q, group, tidx):
+        """``s_q[g, c] = bf16(sum_k q[b, h * group + g, k] R_K[h, k, c])`` for ``g < group``,
+        on the tensor cores from the loads of :meth:`_rotation_loads`: ``q'^T = R_K^T q^T``
+        as fp16 ``m16n8k16`` MMAs with the heads as N. q rows are staged as float32 in
+        ``s_x``; each head is scaled by a power of two so that its largest ``|q|`` lies in
+        ``[2^13, 2^14)`` before the fp16 conversion (exact for bf16 q in fp16's normal range;
+        no overflow for any finite q) and unscaled after the MMA."""
+        d = self.d
+        warp = tidx // 32
+        lane = tidx % 32
+        g = lane // 4
+        quad = lane % 4
+        mt_w = d // 64
+        ks_n = d // 16
+        for i in cutlass.range_constexpr(MAX_GROUP * d // (32 * NUM_WARPS)):
+            e = tidx + i * (32 * NUM_WARPS)
+            if e < group * d:
+                _sts_f32(s_x + e * 4, qx[i])
         cute.arch.sync_threads()
-        if tidx < d:
-            acc = cute.make_rmem_tensor((MAX_GROUP,), Float32)
-            for gg in cutlass.range_constexpr(MAX_GROUP):
-                acc[gg] = Float32(0.0)
-            for r in cutlass.range_constexpr(d // ROT_K):
-                k0 = r * ROT_K
-                m = m0
-                if cutlass.const_expr(r > 0 or d != 32 * NUM_WARPS):
-                    m = [_ldg_f32_nc(mcol + Int64(k0 + i) * (d * 4)) for i in range(ROT_K)]
-                for gg in cutlass.range_constexpr(MAX_GROUP):
-                    if gg < group:
-                        a = acc[gg]
-                        for i in cutlass.range_constexpr(0, ROT_K, 4):
-                            x0, x1, x2, x3 = _lds_v4f(s_x + (gg * d + k0 + i) * 4)
-                            a = a + x0 * m[i] + x1 * m[i + 1] + x2 * m[i + 2] + x3 * m[i + 3]
-                        acc[gg] = a
-            for gg in cutlass.range_constexpr(MAX_GROUP):
-                if gg < group:
-                    _sts_b16_of_f32(s_q + (gg * d + tidx) * 2, acc[gg])
+        bf, inv_n = self._rows_b_frags(s_x, group, g, quad)
+        for j in cutlass.range_constexpr(mt_w):
+            c = self._mma_f16_tile(af, j, bf)
+            ch = (warp * mt_w + j) * 16 + g
+            for r in cutlass.range_constexpr(4):
+                n = 2 * quad + r % 2
+                if n < group:
+                    _sts_b16_of_f32(s_q + (n * d + ch + 8 * (r // 2)) * 2, c[r] * inv_n[r % 2])
         cute.arch.sync_threads()
 
     @cute.jit
@@ -973,11 +1051,15 @@ class Int2PagedDecodeSm90:
                     warp, lane):
         """Run by the last CTA of (sequence ``b``, KV head ``h``) when ``num_splits * group
         <= FUSED_TAIL_ROWS``: merge the partials of the group's heads
-        (``w_s = 2^(lse2_s - max)``), apply ``R_V[h]^T``, store ``o`` in the output dtype and
-        the natural-log lse. Partials are read with ``ld.global.cg`` (written by other CTAs
-        of this launch). Shared memory (the free ring): flat weights ``[rows]`` with row
-        ``e = g * num_splits + s``, per-warp sums ``[NUM_WARPS, MAX_GROUP, d]``, the merged
-        ``o'`` ``[MAX_GROUP, d]``."""
+        (``w_s = 2^(lse2_s - max)``), apply ``R_V[h]^T`` on the tensor cores, store ``o`` in
+        the output dtype and the natural-log lse. Partials are read with ``ld.global.cg``
+        (written by other CTAs of this launch). Three memory round trips: the lse partials
+        together with the first 64 rows of o partials, then ``R_V`` (prefetched into L2 at
+        the start). ``rv_ptr`` is the host-prepared fp16 operand
+        (``oscar_kernels.cute.mma_operand``: ``R_V[h]`` itself as the A operand,
+        ``o^T = R_V o'^T``). Shared memory (the free ring): flat weights ``[rows]`` with
+        row ``e = g * num_splits + s``, per-warp sums ``[NUM_WARPS, MAX_GROUP, d]``, the
+        merged ``o'`` ``[MAX_GROUP, d]``."""
         d = self.d
         cpl = d // 32                                   # channels per lane in the row sums
         nrows = group * num_splits
@@ -985,6 +1067,13 @@ class Int2PagedDecodeSm90:
         s_w = cbase
         s_o = s_w + FUSED_TAIL_ROWS * 4
         s_or = s_o + NUM_WARPS * MAX_GROUP * d * 4
+        # R_V[h] into L2 (d * d * 2 bytes) while the partials are merged
+        rvh = rv_ptr + Int64(h) * Int64(rv_stride) * 4
+        for i in cutlass.range_constexpr(d * d * 2 // 128 // (32 * NUM_WARPS)):
+            _prefetch_l2(rvh + Int64(tidx + i * (32 * NUM_WARPS)) * 128)
+        # o partials of rows e = warp (mod NUM_WARPS), 16 in flight per lane (cpl channels
+        # each); the first 64 rows issued before the weights are known
+        obase = opart_ptr + (row0 * Int64(num_splits) * d + Int64(cpl * lane)) * 4
         for e in cutlass.range(tidx, nrows, 32 * NUM_WARPS):
             _sts_f32(s_w + e * 4, _ldcg_f32(lsepart_ptr + (row0 * num_splits + Int64(e)) * 4))
         for gg in cutlass.range(0, group, 1):
@@ -1025,10 +1114,20 @@ class Int2PagedDecodeSm90:
             if lane == 0:
                 _stg_f32(lse_ptr + (row0 + Int64(gg)) * 4, lse)
         cute.arch.sync_threads()
-        # o'[g, c] += w_e o_part[e, c]: warp w takes rows e = w (mod NUM_WARPS), 16 loads in
-        # flight per lane (cpl channels each), sums kept per warp in shared memory
-        obase = opart_ptr + (row0 * Int64(num_splits) * d + Int64(cpl * lane)) * 4
-        for e0 in cutlass.range(0, nrows, 16 * NUM_WARPS):
+        # o'[g, c] += w_e o_part[e, c], sums kept per warp in shared memory
+        vals0 = []
+        for i in cutlass.range_constexpr(16):
+            el = cutlass.min(NUM_WARPS * i + warp, nrows - 1)
+            vals0.append(_ldcg_vec(obase + Int64(el) * (d * 4), cpl))
+        for i in cutlass.range_constexpr(16):
+            e = NUM_WARPS * i + warp
+            if e < nrows:
+                gg = e // num_splits
+                wgt = _lds_f32(s_w + e * 4)
+                for j in cutlass.range_constexpr(cpl):
+                    addr = s_o + ((warp * MAX_GROUP + gg) * d + cpl * lane + j) * 4
+                    _sts_f32(addr, _lds_f32(addr) + wgt * vals0[i][j])
+        for e0 in cutlass.range(16 * NUM_WARPS, nrows, 16 * NUM_WARPS):
             vals = []
             for i in cutlass.range_constexpr(16):
                 el = cutlass.min(e0 + NUM_WARPS * i + warp, nrows - 1)
@@ -1041,6 +1140,7 @@ class Int2PagedDecodeSm90:
                     for j in cutlass.range_constexpr(cpl):
                         addr = s_o + ((warp * MAX_GROUP + gg) * d + cpl * lane + j) * 4
                         _sts_f32(addr, _lds_f32(addr) + wgt * vals[i][j])
+        af = self._operand_loads(rv_ptr, h, rv_stride, tidx)
         cute.arch.sync_threads()
         for e in cutlass.range(tidx, group * d, 32 * NUM_WARPS):
             o = Float32(0.0)
@@ -1048,30 +1148,19 @@ class Int2PagedDecodeSm90:
                 o = o + _lds_f32(s_o + (w * MAX_GROUP * d + e) * 4)
             _sts_f32(s_or + e * 4, o)
         cute.arch.sync_threads()
-        # o[g, e] = sum_c o'[g, c] R_V[h, e, c]: thread e < d, R_V row e read contiguously
-        # (RV_COLS values per round trip), every head of the group per load
-        if tidx < d:
-            rrow = rv_ptr + (Int64(h) * Int64(rv_stride) + Int64(tidx) * d) * 4
-            acc = cute.make_rmem_tensor((MAX_GROUP,), Float32)
-            for gg in cutlass.range_constexpr(MAX_GROUP):
-                acc[gg] = Float32(0.0)
-            for c1 in cutlass.range(0, d, RV_COLS):
-                r = []
-                for c0 in cutlass.range_constexpr(0, RV_COLS, 4):
-                    r.append(_ldg_v4f(rrow + (c1 + c0) * 4))
-                for gg in cutlass.range_constexpr(MAX_GROUP):
-                    if gg < group:
-                        a = acc[gg]
-                        for c0 in cutlass.range_constexpr(0, RV_COLS, 4):
-                            x0, x1, x2, x3 = _lds_v4f(s_or + (gg * d + c1 + c0) * 4)
-                            r0, r1, r2, r3 = r[c0 // 4]
-                            a = a + r0 * x0 + r1 * x1 + r2 * x2 + r3 * x3
-                        acc[gg] = a
-            for gg in cutlass.range_constexpr(MAX_GROUP):
-                if gg < group:
-                    oel = (Int64(b) * Int64(o_stride_b) + Int64(h * group + gg)
-                           * Int64(o_stride_h) + Int64(tidx))
-                    _store_kind(o_ptr, oel, acc[gg], o_kind)
+        # o[g, e] = sum_c R_V[h, e, c] o'[g, c]: warp w owns output channels of its M tiles
+        g = lane // 4
+        quad = lane % 4
+        bf, inv_n = self._rows_b_frags(s_or, group, g, quad)
+        for j in cutlass.range_constexpr(d // 64):
+            c = self._mma_f16_tile(af, j, bf)
+            ch = (warp * (d // 64) + j) * 16 + g
+            for r in cutlass.range_constexpr(4):
+                n = 2 * quad + r % 2
+                if n < group:
+                    oel = (Int64(b) * Int64(o_stride_b) + Int64(h * group + n)
+                           * Int64(o_stride_h) + Int64(ch + 8 * (r // 2)))
+                    _store_kind(o_ptr, oel, c[r] * inv_n[r % 2], o_kind)
 
     @cute.jit
     def _max_and_rescale(self, st, loc0, loc1, acc, moved):

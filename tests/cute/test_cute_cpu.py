@@ -69,7 +69,11 @@ def test_missing_or_bad_bundle_is_a_typed_error(tmp_path, monkeypatch):
     (tmp_path / "manifest.json").write_text("{not json")
     with pytest.raises(BackendUnavailableError, match="unreadable"):
         _bundle.read_manifest()
-    (tmp_path / "manifest.json").write_text(json.dumps({"bundle_format": 1, "kernels": {
+    # a bundle of an older kernel ABI (format 1: float32 R_K / R_V) is refused by name
+    (tmp_path / "manifest.json").write_text(json.dumps({"bundle_format": 1, "kernels": {}}))
+    with pytest.raises(BackendUnavailableError, match="expected bundle_format 2, got 1"):
+        _bundle.read_manifest()
+    (tmp_path / "manifest.json").write_text(json.dumps({"bundle_format": _bundle.BUNDLE_FORMAT, "kernels": {
         "int2_decode_sm90_d128": {"op": "decode", "head_dim": 128, "library": "libnone.so"}}}))
     with pytest.raises(BackendUnavailableError, match="no decode kernel"):
         _bundle.available_head_dims()
@@ -137,3 +141,39 @@ def test_explicit_num_splits_out_of_range_is_a_typed_error(num_splits):
     rot = torch.eye(128)[None]
     with pytest.raises(ValueError, match="num_splits: expected an int in"):
         cute.decode_steps(q, cache, *table, rot, rot, 0.1, num_splits=num_splits)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("shared", [True, False])
+@pytest.mark.parametrize("transpose", [True, False])
+def test_mma_operand_is_the_fragment_layout(d, shared, transpose):
+    """``mma_operand``: element ``((mt * d/16 + ks) * 32 + lane) * 4 + r`` of head h is the
+    fp16 pair (A[m, k], A[m, k + 1]) of A = R^T (``transpose``) or R, with
+    m = 16 mt + lane // 4 + 8 (r % 2), k = 16 ks + 2 (lane % 4) + 8 (r // 2): the A
+    fragment of mma.m16n8k16."""
+    h = 3
+    g = torch.Generator().manual_seed(d + shared)
+    base = torch.linalg.qr(torch.randn(1 if shared else h, d, d, generator=g,
+                                       dtype=torch.float64))[0].float()
+    rot = base.expand(h, d, d) if shared else base
+    frag, stride = cute.mma_operand(rot, transpose)
+    assert frag.dtype == torch.int32 and frag.shape == (1 if shared else h, d * d // 2)
+    assert stride == (0 if shared else d * d // 2)
+    pairs = frag.view(torch.float16).view(frag.shape[0], d // 16, d // 16, 32, 4, 2)
+    a16 = rot[: frag.shape[0]]
+    a16 = (a16.transpose(-1, -2) if transpose else a16).to(torch.float16)
+    lanes = torch.arange(32)
+    for r in range(4):
+        m = (16 * torch.arange(d // 16)[:, None, None] + (lanes // 4)[None, None, :]
+             + 8 * (r % 2))
+        k = (16 * torch.arange(d // 16)[None, :, None] + 2 * (lanes % 4)[None, None, :]
+             + 8 * (r // 2))
+        m, k = torch.broadcast_tensors(m, k)
+        for p in range(2):
+            assert torch.equal(pairs[:, :, :, :, r, p], a16[:, m, k + p])
+    # cached per source tensor; an in-place update of the source is never served stale
+    assert cute.mma_operand(rot, transpose)[0] is frag
+    base.mul_(-1.0)
+    rot = base.expand(h, d, d) if shared else base
+    frag2, _ = cute.mma_operand(rot, transpose)
+    assert torch.equal(frag2.view(torch.float16), -frag.view(torch.float16))
