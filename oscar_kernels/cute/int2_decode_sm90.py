@@ -609,12 +609,12 @@ class Int2PagedDecodeSm90:
         wslot = _ldg_s32(slots_ptr + Int64(b) * 4)
 
         # ---- q' = q @ R_K[h] for the group's heads (bf16, in shared memory) on the tensor
-        # cores, first thing (placed after the ring prologue, where its round trip would
-        # overlap the chunk loads, ptxas scheduled the main loop 2-4 % longer)
+        # cores: operand and q loads first thing, the MMAs once the page ids are in flight
+        # (finished after the ring prologue instead, ptxas scheduled the main loop 2-4 %
+        # longer)
         if cutlass.const_expr("rot" not in _DEBUG):
             rot_af, rot_qx = self._rotation_loads(q_ptr, rk_ptr, b, h, group, rk_stride,
                                                   q_kind, q_stride_b, q_stride_h, tidx)
-            self._rotate_query(rot_af, rot_qx, s_x, s_q, group, tidx)
 
         # ---- sequence geometry
         npages = p_end - p_begin
@@ -652,6 +652,8 @@ class Int2PagedDecodeSm90:
             pt[0] = self._chunk_row(pid0, page_size, stride_page, stride_slot, head_row, tok0,
                                     lane)
 
+        if cutlass.const_expr("rot" not in _DEBUG):
+            self._rotate_query(rot_af, rot_qx, s_x, s_q, group, tidx)
         # ---- per-lane cp.async constants (see _issue)
         rb = self.row_bytes
         if cutlass.const_expr(rb == 32):
