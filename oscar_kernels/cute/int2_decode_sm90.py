@@ -18,11 +18,14 @@ per head_dim):
   (``Int2DecodeConfig(pair=True)``, GQA ratios <= 4, e.g. Qwen3-8B/4B) runs two chunks per
   softmax pass (below); ``decode`` (ratios 5-8, e.g. Llama-3-70B TP8) one.
 
-  1. Prologue: L2 prefetch of ``R_K[h]`` (and of ``R_V[h]`` from split 0), page-table
-     block, the first 6 chunks of the cp.async ring, and while those are in flight the CTA
-     rotates its query rows itself: ``q' = q @ R_K[h]`` (q read in its own dtype through
-     its strides, fp32 FMA chains, 64 rows of ``R_K`` per round trip, bf16 result in
-     shared memory) -- no separate rotation launch, no ``q.float()`` copy.
+  1. Prologue: L2 prefetch of ``R_K[h]`` and ``R_V[h]`` from split 0; the CTA's loads of
+     the query rotation (its warp's A fragments of ``R_K[h]^T``, 16-byte loads, and q in
+     its own dtype through its strides) and of the sequence geometry, then the page-table
+     block, then the rotation on the tensor cores (``q'^T = R_K^T q^T``, fp16 ``m16n8k16``,
+     bf16 result in shared memory; one memory round trip), then the first 6 chunks of the
+     cp.async ring -- no separate rotation launch, no ``q.float()`` copy. ``R_K`` and
+     ``R_V`` arrive as fp16 operands in MMA-fragment order, prepared once per rotation
+     tensor on the host (``oscar_kernels.cute.mma_operand``, cached).
   2. Warp ``w`` of split ``s`` owns a contiguous range of 16-token INT2 chunks (one page
      lookup per chunk: ``page_size % 16 == 0``; a 32-entry block of page ids lives in
      registers, one per lane) plus every ``4 * num_splits``-th BF16 window chunk.
@@ -30,8 +33,8 @@ per head_dim):
      partial and its base-2 log-sum-exp.
   4. When ``num_splits * group <= FUSED_TAIL_ROWS`` (128): an atomic ticket per
      (sequence, KV head) (``fence.acq_rel.gpu`` + ``atom.add``); the CTA that draws the
-     last one merges the partials (read with ``ld.global.cg``), applies ``R_V[h]^T``,
-     stores ``o`` in q's dtype through the output strides (straight into ``out``) and
+     last one merges the partials (read with ``ld.global.cg``), applies ``R_V[h]^T`` on
+     the tensor cores (its operand prefetched into L2 at the tail's start), stores ``o`` in q's dtype through the output strides (straight into ``out``) and
      the natural-log lse, and resets the ticket to 0 (so CUDA-graph replays start clean).
 * :class:`Int2DecodeMergeSm90` for more partials than that (batch 1-16 with few KV
   heads): merge + ``R_V^T`` + store, one CTA per (sequence, query head). One CTA cannot
@@ -119,9 +122,11 @@ chunks per iteration, fp16 magic operands) -> 211 (3c9c141: subnormal operands, 
 row blocks: the issue path went from 146 to 67 instructions per 2 chunks) -> 209.5
 (zero-fill copies) -> 205.5 (f187341: int8 QK; integer ALU 103.5 -> 86) -> 204 (c6dfa37: P
 through shared memory; ALU 83) -> 178 (5c97ebd: chunk pairs for GQA <= 4; the ALU part,
-82.5, is now the K/V unpack). qwen3-8b batch 128 at 128K on HND pages: 4.40 ms (b12a836) ->
+82.5, is now the K/V unpack) -> 173.5 (30e4949: no source change in the loop; with the
+rotation and tail on the tensor cores ptxas keeps more of the issue path's 64-bit bases
+in registers; ``decode`` 204 -> 201.5). qwen3-8b batch 128 at 128K on HND pages: 4.40 ms (b12a836) ->
 3.94 ms (52e59d6) -> 3.19 ms (75c1fc7) -> 2.97 ms (584d9d9, 74 % of the read ceiling, 5.06x
-FlashInfer BF16) -> 2.66 ms (5c97ebd, 83 %, 5.64x). A separate producer warp was measured
+FlashInfer BF16) -> 2.66 ms (5c97ebd, 83 %, 5.64x) -> 2.62 ms (30e4949, 84 %, 5.71x). A separate producer warp was measured
 and lost in an earlier session: 5 warps per CTA fit only 3 CTAs per SM at 128 registers
 (6.28 vs 5.01 ms).
 
@@ -138,20 +143,39 @@ saved ~1 us per call in isolation but cost 1-2.5 us per layer in the e2e step (q
 batch 1, 8K and 100K), so it was taken out again. Earlier: 5801c73 ran 5-6 launches
 (46 us at 8K), 3c91185 one or two (34.5 us).
 
+Query rotation and output rotation on the tensor cores (30e4949, 214c798): the rotation
+read 64 KB of float32 ``R_K`` per CTA in two dependent round trips and ran 512 FMAs per
+thread (~9 us before the first chunk at every batch size, the CTAs of one SM competing for
+issue slots); the merge tail's ``R_V^T`` product likewise (two round trips that miss L2 by
+then, ~10 us). Both are now fp16 ``m16n8k16`` MMAs (16 per warp at d = 128) on operands the
+host converts once per rotation tensor into fragment order (32 KB per head, one 16-byte
+load per fragment, all in flight at once); q and ``o'`` rows get a per-head power-of-two
+scale so any finite value fits fp16. Rotation phase 9 -> 3.6 us, tail 10.5 -> 6 us
+(perf/results/2026-11-29_h200_session6_ab_mma_rotation_tail_30e4949.txt): qwen3-8b batch 8
+at 8K 50.5 -> 36.0 us, batch 128 at 8K 282 -> 239 us, at 64K 1.399 -> 1.362 ms,
+llama3-70b-tp8 batch 128 at 128K 428 -> 407 us. The MMAs run first thing in the CTA (after
+the geometry and page-id loads are issued): issued after the ring prologue, where their
+round trip would overlap the chunk loads, ptxas scheduled the main loop 1.5-4 % longer
+(180.5-184 SASS per chunk).
+
 Where a call's time goes (perf/trace_decode.py: %globaltimer stamps per CTA from a build
 with ``OSCAR_CUTE_DEBUG=trace``; perf/results/2026-11-29_h200_trace_decode_*): before its
-first INT2 chunk a CTA spends 7-12 us (geometry and page-id loads, ring prologue, the query
-rotation reading 64 KB of ``R_K`` from L2 in every CTA), after its last 2-5 us (BF16 window
+first INT2 chunk a CTA spent 7-12 us (geometry and page-id loads, ring prologue, the query
+rotation reading 64 KB of ``R_K`` from L2 in every CTA; 3-5 us since 30e4949), after its last 2-5 us (BF16 window
 chunks, 1-5 per warp at batch 128, unpipelined), 1-3 us combining its warps and, in the CTA
-that merges the splits, 6-15 us more. At batch 8-32 (one wave) this is ~25 us of every
-call. CTAs on one SM run their INT2 loops at very different speeds by dispatch order (rank
+that merges the splits, 6-15 us more (4-8 us since 30e4949). At batch 8-32 (one wave)
+this was ~25 us of every call. CTAs on one SM run their INT2 loops at very different speeds by dispatch order (rank
 0 of 4 ~35 % faster than rank 3 at qwen3-8b batch 32, 64K: older warps are issued first),
 but an SM's total does not change: a per-(sequence, KV head) queue of 32-chunk blocks that
 let the faster CTAs take more work evened the loop times and gained nothing (and cost ~4 %
 more instructions per chunk); perf/results/2026-11-29_h200_trace_decode_dyn_queue_*.
 
-Tried and not kept (numbers in perf/results/2026-11-29_h200_cute_session*_sweeps.json and
-..._session5_experiments.json): the merge tail with ``R_V`` staged in shared memory by
+Tried and not kept (numbers in perf/results/2026-11-29_h200_cute_session*_sweeps.json,
+..._session5_experiments.json and ..._session6_*): one S^T accumulator per chunk pair
+(query fragments with columns 4-7 resp. 0-3 zeroed, so no select and half the
+``I2F``/combine work: 16 more live registers, ptxas rematerialized the issue path's
+addresses, 184 instead of 173.5 SASS per chunk at head_dim 128; 126.5 instead of 128 at
+64); the rotation issued after the ring prologue (above); the merge tail with ``R_V`` staged in shared memory by
 coalesced ``cp.async`` (the tail's 12 us of ``R_V`` work is not its loads), then that tail
 and the query rotation written as small loops for a cold instruction cache (tail 5230 ->
 1391 SASS, prologue + rotation 2071 -> 807; batch 8 at 8K 51 -> 46 us, but the main loop's
@@ -173,13 +197,13 @@ the fused split-merge tail for up to 320 rows instead of 128 (qwen3-8b batch 1 8
 llama3-70b-tp8 2-4 % faster, qwen3-8b b128 2 % and b1 8K 40 % slower: 32 splits x 4 heads
 go through the slow fused tail).
 
-Resource usage (cuobjdump of the bundle's cubin): decode D=128 128 registers, 72 B stack
-(spills in the BF16 window loop and the rotation prologue; the INT2 main loop has none),
-45,056 B dynamic smem (ring 36,864 + q rows + q' + P tiles), 32 IMMA.16832.U8.S8 (QK) + 32
-HMMA.16816.F32 (PV) + 16 HMMA.16816.F32.BF16 (window) + 5 LDSM.16.MT88.2 + 30 LDGSTS + 1
-ATOMG in the SASS (no UTMALDG); decode_pair D=128 128 registers, 80 B stack (window loop
-and prologue; none in the main loop), same smem, 32 IMMA + 32 HMMA + 16 HMMA.BF16 + 3 LDSM
-+ 30 LDGSTS; decode D=64 127 registers, decode_pair D=64 124, no stack; merge 56
+Resource usage (cuobjdump of the bundle's cubin, 214c798): decode D=128 128 registers, 8 B
+stack (4 STL / 3 LDL outside the INT2 main loop, which has none; 72 B before 30e4949),
+45,056 B dynamic smem (ring 36,864 + q rows + q' + P tiles), 32 IMMA.16832.U8.S8 (QK) + 64
+HMMA.16816.F32 (32 PV, 16 query rotation, 16 output rotation) + 16 HMMA.16816.F32.BF16
+(window) + 5 LDSM.16.MT88.2 + 30 LDGSTS + 1 ATOMG in the SASS (no UTMALDG); decode_pair
+D=128 128 registers, 8 B stack (80 B before), same smem, 32 IMMA + 64 HMMA + 16 HMMA.BF16
++ 3 LDSM + 30 LDGSTS; decode and decode_pair D=64 128 registers, no stack; merge 56
 registers.
 
 Debug builds: ``OSCAR_CUTE_DEBUG`` (read at import, so set it for ``aot build``) compiles in
@@ -1055,9 +1079,9 @@ class Int2PagedDecodeSm90:
         <= FUSED_TAIL_ROWS``: merge the partials of the group's heads
         (``w_s = 2^(lse2_s - max)``), apply ``R_V[h]^T`` on the tensor cores, store ``o`` in
         the output dtype and the natural-log lse. Partials are read with ``ld.global.cg``
-        (written by other CTAs of this launch). Three memory round trips: the lse partials
-        together with the first 64 rows of o partials, then ``R_V`` (prefetched into L2 at
-        the start). ``rv_ptr`` is the host-prepared fp16 operand
+        (written by other CTAs of this launch). Three memory round trips: the lse partials,
+        the o partials, ``R_V`` (prefetched into L2 at the start; hoisting the first o loads
+        above the weights made ptxas schedule the main loop 3 % longer). ``rv_ptr`` is the host-prepared fp16 operand
         (``oscar_kernels.cute.mma_operand``: ``R_V[h]`` itself as the A operand,
         ``o^T = R_V o'^T``). Shared memory (the free ring): flat weights ``[rows]`` with
         row ``e = g * num_splits + s``, per-warp sums ``[NUM_WARPS, MAX_GROUP, d]``, the
