@@ -89,10 +89,16 @@ def num_splits_for(batch_size: int, num_kv_heads: int, num_sms: int, group: int 
     choice would be less than ``WAVE_FILL`` full, the KV is split finer, into about four
     waves of shorter CTAs that balance over the SMs (qwen3-8b at 100K on an H200: batch 50,
     400 CTAs on 528 slots, 2 / 6 splits 1.088 / 0.987 ms; batch 100, 1.5 waves, 1 / 3 / 4
-    splits 2.139 / 1.921 / 1.901 ms). Finally rounded down to ``FUSED_TAIL_ROWS // group``
-    when that is at most 2x fewer, so that the kernel merges the splits itself
-    (llama3-70b-tp8 batch 32 at 128K: 16 splits 0.187 ms vs 17 splits + merge kernel
-    0.216 ms).
+    splits 2.139 / 1.921 / 1.901 ms). A single wave whose partials go to the merge kernel
+    anyway (``splits * group > FUSED_TAIL_ROWS``, batch 1-16 with few KV heads) is planned
+    for one CTA per SM fewer: fewer, longer CTAs start faster and leave fewer partials
+    (H200, two rounds each: qwen3-8b batch 1 at 8K-128K 49 vs 66 splits 0.6-1.4 us faster,
+    llama3-70b-tp8 batch 8 at 64K/128K 0.8-1.8 us faster;
+    perf/results/2026-11-29_h200_session6_split_sweeps_b1.txt).
+
+    No rounding down to the fused tail's limit: that always lands on a 128-row tail, which
+    is slower than the merge kernel (qwen3-8b batch 2: 32 splits with the fused tail 39.5 /
+    72.5 us at 32K / 128K, 33 splits and the merge kernel 33.2 / 65.0 us).
 
     Depends on shapes only (never on sequence lengths), so decode stays graph-capturable.
     """
@@ -102,12 +108,11 @@ def num_splits_for(batch_size: int, num_kv_heads: int, num_sms: int, group: int 
     waves = rows * want / slots
     if waves / math.ceil(waves) < WAVE_FILL:   # the last wave would stay too empty
         want = max(want + 1, math.ceil(4 * slots / rows))
-    want = max(1, min(MAX_SPLITS, want))
-    # a little fewer splits when that lets the kernel merge them itself (one launch)
-    fused = FUSED_TAIL_ROWS // group
-    if want > fused and 2 * fused >= want:
-        want = fused
-    return want
+    elif want * group > FUSED_TAIL_ROWS:      # one wave, partials through the merge kernel
+        light = max(1, (CTAS_PER_SM - 1) * num_sms // rows)
+        if light * group > FUSED_TAIL_ROWS:
+            want = min(want, light)
+    return max(1, min(MAX_SPLITS, want))
 
 
 def _row_strides(spec) -> tuple[int, int, int]:

@@ -616,10 +616,10 @@ class Int2PagedDecodeSm90:
         # ---- L2 prefetch, from split 0 only, of R_K[h] (the later rows of the query
         # rotation) and of R_V[h] (the merge tail / merge kernel reads it). Every split
         # prefetching R_K cost qwen3-8b batch 1 (528 CTAs) several us of L2 requests.
-        lines = d * d * 4 // 128 // (32 * NUM_WARPS)
+        lines = d * d * 2 // 128 // (32 * NUM_WARPS)    # fp16 operands: d * d * 2 bytes
         if split == 0:
             rk_rows = rk_ptr + Int64(h) * Int64(rk_stride) * 4 + Int64(tidx) * 128
-            for i in cutlass.range_constexpr(lines // 2):     # fp16 operand: d * d * 2 bytes
+            for i in cutlass.range_constexpr(lines):
                 _prefetch_l2(rk_rows + i * (32 * NUM_WARPS * 128))
             rv_rows = rv_ptr + Int64(h) * Int64(rv_stride) * 4 + Int64(tidx) * 128
             for i in cutlass.range_constexpr(lines):

@@ -87,10 +87,13 @@ def test_mode_can_be_forced(monkeypatch):
 
 
 @pytest.mark.parametrize("batch_size,num_kv_heads,group,want", [
-    (1, 8, 4, 66), (1, 1, 8, 128), (128, 8, 4, 1), (8, 8, 4, 8), (128, 1, 8, 4),
+    (1, 8, 4, 49),     # one wave, merge kernel anyway: 3 CTAs per SM (396 // 8)
+    (1, 1, 8, 128), (128, 8, 4, 1), (8, 8, 4, 8), (128, 1, 8, 4),
+    (2, 8, 4, 33),     # 33 * 4 > 128: merge kernel; 3 per SM (24 * 4 = 96) would be the
+                       # fused tail, so 4 per SM; never rounded down to 32 (128-row tail)
     (32, 1, 8, 16),    # 16 * 8 = FUSED_TAIL_ROWS: the kernel merges itself
-    (16, 1, 8, 33),    # 33 fit in one wave; 16 would be under half: merge kernel
-    (8, 1, 8, 66),     # 16 would be under half of 66: keep 66 and the merge kernel
+    (16, 1, 8, 24),    # 33 fit in one wave but go through the merge kernel: 3 per SM
+    (8, 1, 8, 49),
     (50, 8, 4, 6),     # 1 split fills only 400 of 528 slots: about 4 waves of 6 splits
     (100, 8, 4, 3),    # 800 CTAs are 1.5 waves: 3 splits
     (64, 8, 4, 1)])    # 512 of 528 slots: one wave
