@@ -96,7 +96,10 @@ fp16 operands (V always, K at head_dim 64) are exact fp16 *subnormals*: one
 ``and`` (LOP3) per fp16 pair, ``w & mask_i`` = ``m_i code 2^-24`` with the 2-bit field of
 channel quarter ``i`` at mantissa bits ``2i`` (``m_i`` = 1, 4, 16, 64: all four quarters of
 a byte fit in the 10 mantissa bits, a 32-bit word needs one ``shr`` by 8 for its odd
-bytes). The tensor cores take subnormal fp16 inputs exactly (the GPU tests compare with
+bytes). The V operand pairs (token 2q | token 2q + 1) come straight out of one
+``ldmatrix.x4.trans`` per chunk (rows = tokens, 16-bit columns = code byte pairs; x2 at
+head_dim 64) instead of four shared loads and four ``prmt`` (fast path 173.5 -> 168 SASS
+per chunk at head_dim 128, ``decode`` 201.5 -> 195). The tensor cores take subnormal fp16 inputs exactly (the GPU tests compare with
 the reference), so there is no magic offset to remove: no ``-1024 sum(q)`` term for K, no
 ``sub.f16x2`` for V (the previous magic-number version, 0x6400 = 1024, needed both), and no
 cancellation in the O accumulators. ``2^24`` is folded into the score scale
@@ -124,7 +127,8 @@ row blocks: the issue path went from 146 to 67 instructions per 2 chunks) -> 209
 through shared memory; ALU 83) -> 178 (5c97ebd: chunk pairs for GQA <= 4; the ALU part,
 82.5, is now the K/V unpack) -> 173.5 (30e4949: no source change in the loop; with the
 rotation and tail on the tensor cores ptxas keeps more of the issue path's 64-bit bases
-in registers; ``decode`` 204 -> 201.5). qwen3-8b batch 128 at 128K on HND pages: 4.40 ms (b12a836) ->
+in registers; ``decode`` 204 -> 201.5) -> 168 (V operand pairs by ``ldmatrix.trans``;
+``decode`` 195). qwen3-8b batch 128 at 128K on HND pages: 4.40 ms (b12a836) ->
 3.94 ms (52e59d6) -> 3.19 ms (75c1fc7) -> 2.97 ms (584d9d9, 74 % of the read ceiling, 5.06x
 FlashInfer BF16) -> 2.66 ms (5c97ebd, 83 %, 5.64x) -> 2.62 ms (30e4949, 84 %, 5.71x). A separate producer warp was measured
 and lost in an earlier session: 5 warps per CTA fit only 3 CTAs per SM at 128 registers
@@ -197,14 +201,14 @@ the fused split-merge tail for up to 320 rows instead of 128 (qwen3-8b batch 1 8
 llama3-70b-tp8 2-4 % faster, qwen3-8b b128 2 % and b1 8K 40 % slower: 32 splits x 4 heads
 go through the slow fused tail).
 
-Resource usage (cuobjdump of the bundle's cubin, 214c798): decode D=128 128 registers, 8 B
+Resource usage (cuobjdump of the bundle's cubin): decode D=128 128 registers, 8 B
 stack (4 STL / 3 LDL outside the INT2 main loop, which has none; 72 B before 30e4949),
 45,056 B dynamic smem (ring 36,864 + q rows + q' + P tiles), 32 IMMA.16832.U8.S8 (QK) + 64
 HMMA.16816.F32 (32 PV, 16 query rotation, 16 output rotation) + 16 HMMA.16816.F32.BF16
-(window) + 5 LDSM.16.MT88.2 + 30 LDGSTS + 1 ATOMG in the SASS (no UTMALDG); decode_pair
-D=128 128 registers, 8 B stack (80 B before), same smem, 32 IMMA + 64 HMMA + 16 HMMA.BF16
-+ 3 LDSM + 30 LDGSTS; decode and decode_pair D=64 128 registers, no stack; merge 56
-registers.
+(window) + 4 LDSM.16.MT88.4 (V) + 5 LDSM.16.MT88.2 (P) + 30 LDGSTS + 1 ATOMG in the SASS
+(no UTMALDG); decode_pair D=128 128 registers, 8 B stack (80 B before), same smem, 32
+IMMA + 64 HMMA + 16 HMMA.BF16 + 4 + 3 LDSM + 30 LDGSTS; decode and decode_pair D=64 128
+registers, no stack; merge 56 registers.
 
 Debug builds: ``OSCAR_CUTE_DEBUG`` (read at import, so set it for ``aot build``) compiles in
 phase skips (timing only) or the %globaltimer trace; unset, the kernels are byte-identical
@@ -383,6 +387,12 @@ def _ldsm_x2_trans(addr):
                 [Int32, Int32], [addr])
 
 
+def _ldsm_x4_trans(addr):
+    """Four 8x8 16-bit tiles (row addresses from lanes 0-31), transposed."""
+    return _ptx("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {{$w0}, {$w1}, {$w2}, {$w3}}, "
+                "[{$r0}];", [Int32] * 4, [addr])
+
+
 def _mul_u32(x, k: int):
     """``x * k`` (mul.lo: ptxas may issue it as IMAD on the FMA pipe)."""
     return _ptx(f"mul.lo.u32 {{$w0}}, {{$r0}}, {k};", [Int32], [x])
@@ -513,7 +523,9 @@ class Int2PagedDecodeSm90:
       ``quad * D/16 + 4 (r // 8) + r % 2 + 2 j + ((r % 8) // 2) * D/4`` with ``r = 2 s + half``;
     * int8 QK (head_dim 128 INT2 chunks), step ``i`` (channel quarter): K index
       ``4 quad + b (+ 16)`` is channel ``8 quad + b (+ 4) + 32 i``;
-    * PV M row ``16 mt + g + 8 rh`` is channel ``g * D/32 + 2 (mt // 4) + rh + (mt % 4) * D/4``.
+    * PV M row ``16 mt + g + 8 rh`` is channel ``2 g + 16 (mt // 4) + rh + (mt % 4) * D/4``
+      (V code byte pairs ``g`` and ``g + 8`` of a token, as one ``ldmatrix.trans`` hands
+      them out).
 
     fp16 INT2 operands are subnormals ``m_i * code * 2^-24`` with ``m_i`` = 1, 4, 16, 64 for
     channel quarter ``i``: the query is pre-divided by ``m_i`` (exact, powers of two), ``2^24``
@@ -559,7 +571,7 @@ class Int2PagedDecodeSm90:
         return ((2 * s + half) % 8) // 2
 
     def pv_channel(self, mt: int, rh: int, g):
-        return g * self.nbv + 2 * (mt // 4) + rh + (mt % 4) * (self.d // 4)
+        return 2 * g + 16 * (mt // 4) + rh + (mt % 4) * (self.d // 4)
 
     # ------------------------------------------------------------ host entry
     @cute.jit
@@ -737,6 +749,12 @@ class Int2PagedDecodeSm90:
         s_p = s_q + MAX_GROUP * d * 2 + warp * (2 * P_TILE)
         p_st = s_p + 4 * lane
         p_ld = s_p + (lane % 16) * (2 * MAX_GROUP)
+        # this lane's row of the V ldmatrix (see _v_frags): token (lane % 8) + 8 (tile // 2),
+        # byte pairs 8 (tile % 2) .. of tile lane // 8 (head_dim 64: tiles = token halves)
+        if cutlass.const_expr(self.nbv == 4):
+            v_ld = ((lane % 8) + 8 * (lane // 16)) * self.row_bytes + 16 * ((lane // 8) % 2)
+        else:
+            v_ld = ((lane % 8) + 8 * ((lane // 8) % 2)) * self.row_bytes
 
         # ---- running state: O^T fragments; per head 2q+j: m, l, sum p*z_v (partials)
         acc = cute.make_rmem_tensor((4 * self.mtiles,), Float32)
@@ -775,20 +793,20 @@ class Int2PagedDecodeSm90:
             if cutlass.const_expr(self.pair):
                 if pos0 >= sink and pos0 + 2 * CHUNK <= end_w:
                     self._int2_pair(sbase, sbase + self.stage_bytes, pos0, sink, end_w, qa, qh,
-                                    acc, st, scale_log2, quad, g, p_st, p_ld, False)
+                                    acc, st, scale_log2, quad, g, p_st, p_ld, v_ld, False)
                 else:
                     self._int2_pair(sbase, sbase + self.stage_bytes, pos0, sink, end_w, qa, qh,
-                                    acc, st, scale_log2, quad, g, p_st, p_ld, True)
+                                    acc, st, scale_log2, quad, g, p_st, p_ld, v_ld, True)
             elif pos0 >= sink and pos0 + 2 * CHUNK <= end_w:
                 for u in cutlass.range_constexpr(2):
                     self._int2_chunk(sbase + u * self.stage_bytes, pos0 + u * CHUNK, sink,
                                      end_w, qa, qh, acc, st, scale_log2, quad, g,
-                                     p_st + u * P_TILE, p_ld + u * P_TILE, False)
+                                     p_st + u * P_TILE, p_ld + u * P_TILE, v_ld, False)
             else:
                 for u in cutlass.range_constexpr(2):
                     self._int2_chunk(sbase + u * self.stage_bytes, pos0 + u * CHUNK, sink,
                                      end_w, qa, qh, acc, st, scale_log2, quad, g,
-                                     p_st + u * P_TILE, p_ld + u * P_TILE, True)
+                                     p_st + u * P_TILE, p_ld + u * P_TILE, v_ld, True)
             _syncwarp()
         _cp_wait(0)
         _trace(counter_ptr, cta, 2, tidx)
@@ -1298,17 +1316,20 @@ class Int2PagedDecodeSm90:
                 zv[n] = z2
         return sk, zk, sv, zv, valid
 
-    def _v_frags(self, sbase, quad, g):
+    def _v_frags(self, sbase, v_ld):
         """V codes of the chunk at ``sbase`` -> ``f(mt)``: the A fragment of M tile ``mt``,
-        unpacked lazily right before its MMA (fewer live registers)."""
-        rb = self.row_bytes
-        vw = []
-        for j in range(4):
-            t = 2 * quad + (j % 2) + 8 * (j // 2)
-            vaddr = sbase + CHUNK * rb + t * rb + g * self.nbv
-            vw.append(_lds_b32(vaddr) if self.nbv == 4 else _lds_b16(vaddr))
-        xs = [[_prmt(vw[2 * pair], vw[2 * pair + 1], 0x5410 if u == 0 else 0x7632)
-               for u in range(self.nbv // 2)] for pair in range(2)]
+        unpacked lazily right before its MMA (fewer live registers). One ``ldmatrix.trans``
+        (rows = tokens, 16-bit columns = code byte pairs; ``v_ld``: this lane's row address
+        offset) hands lane (g, q) the byte pairs ``g`` (and ``g + 8`` at head_dim 128) of
+        tokens ``2q, 2q + 1`` (and ``+ 8``) packed as (token 2q | token 2q + 1): the
+        (token, token + 1) operand pairs without loads per token or byte permutes."""
+        vaddr = sbase + CHUNK * self.row_bytes + v_ld
+        if cutlass.const_expr(self.nbv == 4):
+            r = _ldsm_x4_trans(vaddr)
+            xs = [[r[0], r[1]], [r[2], r[3]]]
+        else:
+            r = _ldsm_x2_trans(vaddr)
+            xs = [[r[0]], [r[1]]]
         shifted = [[_shr(x, 8) for x in row] for row in xs]
 
         def v_frag(mt):
@@ -1324,18 +1345,18 @@ class Int2PagedDecodeSm90:
         return v_frag
 
     def _int2_chunk(self, sbase, pos0, sink, int2_end, qa, qh, acc, st, scale_log2, quad, g,
-                    p_st, p_ld, masked: bool):
+                    p_st, p_ld, v_ld, masked: bool):
         """One INT2 chunk from ring stage ``sbase``. ``masked`` (a trace-time flag): some of
         its 16 positions lie outside ``[sink, int2_end)`` (first/last chunk of the range), so
         their scores are -inf and their value scale/zero 0; full chunks skip those selects."""
         kf0, kf1 = self._load_k(sbase, quad, g)
         sk, zk, sv, zv, valid = self._load_params(sbase, pos0, sink, int2_end, g, masked)
-        v_frag = self._v_frags(sbase, quad, g)
+        v_frag = self._v_frags(sbase, v_ld)
         self._chunk(qa, qh, kf0, kf1, v_frag, sk, zk, sv, zv, valid, acc, st, scale_log2,
                     quad, p_st, p_ld, True)
 
     def _int2_pair(self, sa, sb, pos0, sink, int2_end, qa, qh, acc, st, scale_log2, quad, g,
-                   p_st, p_ld, masked: bool):
+                   p_st, p_ld, v_ld, masked: bool):
         """Two INT2 chunks (ring stages ``sa``, ``sb``; positions pos0.., pos0 + 16..) with
         one softmax pass, for GQA ratios <= 4: the query fragment holds the group's heads
         in columns 0-3 and again in 4-7, so chunk A's scores are live in lanes of columns
@@ -1353,7 +1374,7 @@ class Int2PagedDecodeSm90:
         sown = sa + hi * (sb - sa)
         sk, zk, sv, zv, valid = self._load_params(sown, pos0 + hi * CHUNK, sink, int2_end, g,
                                                   masked)
-        v_frags = (self._v_frags(sa, quad, g), self._v_frags(sb, quad, g))
+        v_frags = (self._v_frags(sa, v_ld), self._v_frags(sb, v_ld))
         self._softmax_pv(s_acc, qh, v_frags, sk, zk, sv, zv, valid, acc, st, scale_log2,
                          p_st, p_ld, True, g)
 
@@ -1401,9 +1422,9 @@ class Int2PagedDecodeSm90:
             wrow = self._window_pos_row(vv, sink, recent, nsink, rstart)
             base = self._win_addr(vw_ptr, wslot, win_rows, num_kv_heads, h, wrow)
             runs = []
-            for i in range(4):
-                addr = base + (g * self.nbv + i * (d // 4)) * 2
-                runs.append(list(_ldg_v2(addr)) if self.nbv == 4 else [_ldg_b32(addr)])
+            for i in range(4):      # channels 2g + 16u, + 1 of quarter i (see pv_channel)
+                runs.append([_ldg_b32(base + (2 * g + 16 * u + i * (d // 4)) * 2)
+                             for u in range(self.nbv // 2)])
             words.append(runs)
         for pair in range(2):
             ta, tb = words[2 * pair], words[2 * pair + 1]
