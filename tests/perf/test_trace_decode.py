@@ -43,3 +43,16 @@ def test_cli_help(argv, capsys):
         _module().main(argv)
     assert e.value.code == 0
     assert "globaltimer" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("script", ["attn_parts.py", "bench_case_compare.py"])
+def test_gpu_probe_scripts_parse_their_arguments_without_a_gpu(script, capsys):
+    """The probe scripts import torch/CUDA only after parsing: --help works on CPU."""
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "perf", script)
+    spec = importlib.util.spec_from_file_location(script[:-3], path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with pytest.raises(SystemExit) as exc:
+        mod.main(["--help"])
+    assert exc.value.code == 0
+    assert "usage" in capsys.readouterr().out
