@@ -1158,32 +1158,11 @@ class Int2PagedDecodeSm90:
             if lane == 0:
                 _stg_f32(lse_ptr + (row0 + Int64(gg)) * 4, lse)
         cute.arch.sync_threads()
-        # o'[g, c] += w_e o_part[e, c], sums kept per warp in shared memory
-        vals0 = []
-        for i in cutlass.range_constexpr(16):
-            el = cutlass.min(NUM_WARPS * i + warp, nrows - 1)
-            vals0.append(_ldcg_vec(obase + Int64(el) * (d * 4), cpl))
-        for i in cutlass.range_constexpr(16):
-            e = NUM_WARPS * i + warp
-            if e < nrows:
-                gg = e // num_splits
-                wgt = _lds_f32(s_w + e * 4)
-                for j in cutlass.range_constexpr(cpl):
-                    addr = s_o + ((warp * MAX_GROUP + gg) * d + cpl * lane + j) * 4
-                    _sts_f32(addr, _lds_f32(addr) + wgt * vals0[i][j])
+        # o'[g, c] += w_e o_part[e, c], sums kept per warp in shared memory, 64 rows a round
+        # (the first round peeled: its loads issue without a loop-carried row offset)
+        self._sum_rows(0, nrows, num_splits, obase, s_w, s_o, warp, lane, cpl)
         for e0 in cutlass.range(16 * NUM_WARPS, nrows, 16 * NUM_WARPS):
-            vals = []
-            for i in cutlass.range_constexpr(16):
-                el = cutlass.min(e0 + NUM_WARPS * i + warp, nrows - 1)
-                vals.append(_ldcg_vec(obase + Int64(el) * (d * 4), cpl))
-            for i in cutlass.range_constexpr(16):
-                e = e0 + NUM_WARPS * i + warp
-                if e < nrows:
-                    gg = e // num_splits
-                    wgt = _lds_f32(s_w + e * 4)
-                    for j in cutlass.range_constexpr(cpl):
-                        addr = s_o + ((warp * MAX_GROUP + gg) * d + cpl * lane + j) * 4
-                        _sts_f32(addr, _lds_f32(addr) + wgt * vals[i][j])
+            self._sum_rows(e0, nrows, num_splits, obase, s_w, s_o, warp, lane, cpl)
         af = self._operand_loads(rv_ptr, h, rv_stride, tidx)
         cute.arch.sync_threads()
         for e in cutlass.range(tidx, group * d, 32 * NUM_WARPS):
@@ -1205,6 +1184,24 @@ class Int2PagedDecodeSm90:
                     oel = (Int64(b) * Int64(o_stride_b) + Int64(h * group + n)
                            * Int64(o_stride_h) + Int64(ch + 8 * (r // 2)))
                     _store_kind(o_ptr, oel, c[r] * inv_n[r % 2], o_kind)
+
+    @cute.jit
+    def _sum_rows(self, e0, nrows, num_splits, obase, s_w, s_o, warp, lane, cpl):
+        """Rows ``e0 + NUM_WARPS i + warp`` (i < 16) of the o partials, weighted, added to
+        this warp's sums in shared memory (16 loads of ``cpl`` channels in flight per lane)."""
+        d = self.d
+        vals = []
+        for i in cutlass.range_constexpr(16):
+            el = cutlass.min(e0 + NUM_WARPS * i + warp, nrows - 1)
+            vals.append(_ldcg_vec(obase + Int64(el) * (d * 4), cpl))
+        for i in cutlass.range_constexpr(16):
+            e = e0 + NUM_WARPS * i + warp
+            if e < nrows:
+                gg = e // num_splits
+                wgt = _lds_f32(s_w + e * 4)
+                for j in cutlass.range_constexpr(cpl):
+                    addr = s_o + ((warp * MAX_GROUP + gg) * d + cpl * lane + j) * 4
+                    _sts_f32(addr, _lds_f32(addr) + wgt * vals[i][j])
 
     @cute.jit
     def _max_and_rescale(self, st, loc0, loc1, acc, moved):
