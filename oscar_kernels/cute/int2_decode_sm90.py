@@ -34,7 +34,8 @@ per head_dim):
   4. When ``num_splits * group <= FUSED_TAIL_ROWS`` (128): an atomic ticket per
      (sequence, KV head) (``fence.acq_rel.gpu`` + ``atom.add``); the CTA that draws the
      last one merges the partials (read with ``ld.global.cg``), applies ``R_V[h]^T`` on
-     the tensor cores (its operand prefetched into L2 at the tail's start), stores ``o`` in q's dtype through the output strides (straight into ``out``) and
+     the tensor cores (its operand prefetched into L2 at the tail's start), stores ``o``
+     in q's dtype through the output strides (straight into ``out``) and
      the natural-log lse, and resets the ticket to 0 (so CUDA-graph replays start clean).
 * :class:`Int2DecodeMergeSm90` for more partials than that (batch 1-16 with few KV
   heads): merge + ``R_V^T`` + store, one CTA per (sequence, query head). One CTA cannot
@@ -99,7 +100,8 @@ a byte fit in the 10 mantissa bits, a 32-bit word needs one ``shr`` by 8 for its
 bytes). The V operand pairs (token 2q | token 2q + 1) come straight out of one
 ``ldmatrix.x4.trans`` per chunk (rows = tokens, 16-bit columns = code byte pairs; x2 at
 head_dim 64) instead of four shared loads and four ``prmt`` (fast path 173.5 -> 168 SASS
-per chunk at head_dim 128, ``decode`` 201.5 -> 195). The tensor cores take subnormal fp16 inputs exactly (the GPU tests compare with
+per chunk at head_dim 128, ``decode`` 201.5 -> 195). The tensor cores take subnormal fp16
+inputs exactly (the GPU tests compare with
 the reference), so there is no magic offset to remove: no ``-1024 sum(q)`` term for K, no
 ``sub.f16x2`` for V (the previous magic-number version, 0x6400 = 1024, needed both), and no
 cancellation in the O accumulators. ``2^24`` is folded into the score scale
@@ -130,7 +132,9 @@ rotation and tail on the tensor cores ptxas keeps more of the issue path's 64-bi
 in registers; ``decode`` 204 -> 201.5) -> 168 (V operand pairs by ``ldmatrix.trans``;
 ``decode`` 195). qwen3-8b batch 128 at 128K on HND pages: 4.40 ms (b12a836) ->
 3.94 ms (52e59d6) -> 3.19 ms (75c1fc7) -> 2.97 ms (584d9d9, 74 % of the read ceiling, 5.06x
-FlashInfer BF16) -> 2.66 ms (5c97ebd, 83 %, 5.64x) -> 2.62 ms (30e4949, 84 %, 5.71x). A separate producer warp was measured
+FlashInfer BF16) -> 2.66 ms (5c97ebd, 83 %, 5.64x) -> 2.62 ms (30e4949, 84 %, 5.71x) ->
+2.59 ms (8dcdd49, 86 % of that run's 4.40 TB/s ceiling, 5.90x). A separate producer warp
+was measured
 and lost in an earlier session: 5 warps per CTA fit only 3 CTAs per SM at 128 registers
 (6.28 vs 5.01 ms).
 
@@ -165,10 +169,12 @@ round trip would overlap the chunk loads, ptxas scheduled the main loop 1.5-4 % 
 Where a call's time goes (perf/trace_decode.py: %globaltimer stamps per CTA from a build
 with ``OSCAR_CUTE_DEBUG=trace``; perf/results/2026-11-29_h200_trace_decode_*): before its
 first INT2 chunk a CTA spent 7-12 us (geometry and page-id loads, ring prologue, the query
-rotation reading 64 KB of ``R_K`` from L2 in every CTA; 3-5 us since 30e4949), after its last 2-5 us (BF16 window
+rotation reading 64 KB of ``R_K`` from L2 in every CTA; 3-5 us since 30e4949), after its
+last 2-5 us (BF16 window
 chunks, 1-5 per warp at batch 128, unpipelined), 1-3 us combining its warps and, in the CTA
 that merges the splits, 6-15 us more (4-8 us since 30e4949). At batch 8-32 (one wave)
-this was ~25 us of every call. CTAs on one SM run their INT2 loops at very different speeds by dispatch order (rank
+this was ~25 us of every call. CTAs on one SM run their INT2 loops at very different
+speeds by dispatch order (rank
 0 of 4 ~35 % faster than rank 3 at qwen3-8b batch 32, 64K: older warps are issued first),
 but an SM's total does not change: a per-(sequence, KV head) queue of 32-chunk blocks that
 let the faster CTAs take more work evened the loop times and gained nothing (and cost ~4 %
@@ -179,7 +185,8 @@ Tried and not kept (numbers in perf/results/2026-11-29_h200_cute_session*_sweeps
 (query fragments with columns 4-7 resp. 0-3 zeroed, so no select and half the
 ``I2F``/combine work: 16 more live registers, ptxas rematerialized the issue path's
 addresses, 184 instead of 173.5 SASS per chunk at head_dim 128; 126.5 instead of 128 at
-64); the rotation issued after the ring prologue (above); the merge tail with ``R_V`` staged in shared memory by
+64); the rotation issued after the ring prologue (above); the merge tail with ``R_V``
+staged in shared memory by
 coalesced ``cp.async`` (the tail's 12 us of ``R_V`` work is not its loads), then that tail
 and the query rotation written as small loops for a cold instruction cache (tail 5230 ->
 1391 SASS, prologue + rotation 2071 -> 807; batch 8 at 8K 51 -> 46 us, but the main loop's
@@ -1099,7 +1106,8 @@ class Int2PagedDecodeSm90:
         the output dtype and the natural-log lse. Partials are read with ``ld.global.cg``
         (written by other CTAs of this launch). Three memory round trips: the lse partials,
         the o partials, ``R_V`` (prefetched into L2 at the start; hoisting the first o loads
-        above the weights made ptxas schedule the main loop 3 % longer). ``rv_ptr`` is the host-prepared fp16 operand
+        above the weights made ptxas schedule the main loop 3 % longer). ``rv_ptr`` is the
+        host-prepared fp16 operand
         (``oscar_kernels.cute.mma_operand``: ``R_V[h]`` itself as the A operand,
         ``o^T = R_V o'^T``). Shared memory (the free ring): flat weights ``[rows]`` with
         row ``e = g * num_splits + s``, per-warp sums ``[NUM_WARPS, MAX_GROUP, d]``, the
