@@ -256,3 +256,33 @@ def test_auto_picks_cute_on_sm90():
     name, _ = _dispatch("decode", "auto", torch.device("cuda"),
                         {"spec": spec, "num_qo_heads": 8, "dtype": torch.bfloat16})
     assert name == "cute"
+
+
+def _extreme_case(dev, gen):
+    """Queries whose heads span 2^-20 .. 2^17 (past fp16's 65504) and BF16 window values
+    scaled by 2^17: the kernel's fp16 tensor-core rotations (q @ R_K, o' R_V^T) must scale
+    them per head (a power of two) instead of overflowing or flushing."""
+    spec = CacheSpec(num_kv_heads=2, head_dim=128, page_size=16)
+    cache, table, rot, q = _fill(spec, [40, 700, 2100], gen, 8, dev)
+    head_scale = torch.tensor([2.0 ** 17, 2.0 ** -20, 1.0, 32.0] * 2, device=dev)
+    q = (q.float() * head_scale[None, :, None]).to(torch.bfloat16)
+    cache.v_window.mul_(2.0 ** 17)
+    return spec, cache, table, rot, q
+
+
+@needs_sm90
+def test_cute_decode_extreme_magnitudes():
+    dev = torch.device("cuda")
+    spec, cache, table, rot, q = _extreme_case(dev, torch.Generator().manual_seed(41))
+    scale = spec.head_dim ** -0.5
+    ref32, ref_lse, yard = reference_decode(cache, table, rot, q, scale)
+    out = torch.full(q.shape, float("nan"), dtype=q.dtype, device=dev)
+    got, lse = ops.paged_decode_attention(q, cache, *table, rot, out=out, backend="cute",
+                                          return_lse=True)
+    torch.cuda.synchronize()
+    got = got.float().cpu()
+    assert bool(torch.isfinite(got).all())
+    for b in range(q.shape[0]):
+        err = (got[b].double() - ref32[b].double()).norm()
+        base = (yard[b].double() - ref32[b].double()).norm()
+        assert err <= 2 * base + 1e-3 * ref32[b].double().norm(), (b, float(err), float(base))
