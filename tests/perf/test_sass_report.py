@@ -1,16 +1,10 @@
 """perf/sass_report.py's SASS walk on a hand-written listing (no GPU, no cutlass)."""
 
-import importlib.util
-import os
-
-_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "perf", "sass_report.py")
+from perf_scripts import load
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("sass_report", _PATH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load("sass_report.py")
 
 
 # a loop 0x0100-0x0500 whose body has: a far conditional branch to the masked path (not

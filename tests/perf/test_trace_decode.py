@@ -1,20 +1,15 @@
 """perf/trace_decode.py helpers that run without a GPU (the timeline itself needs an H100/H200
 and a bundle built with OSCAR_CUTE_DEBUG=trace)."""
 
-import importlib.util
 import os
 
 import pytest
 import torch
-
-_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "perf", "trace_decode.py")
+from perf_scripts import load
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("trace_decode", _PATH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load("trace_decode.py")
 
 
 def test_stats_are_order_statistics():
@@ -48,10 +43,7 @@ def test_cli_help(argv, capsys):
 @pytest.mark.parametrize("script", ["attn_parts.py", "bench_case_compare.py"])
 def test_gpu_probe_scripts_parse_their_arguments_without_a_gpu(script, capsys):
     """The probe scripts import torch/CUDA only after parsing: --help works on CPU."""
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "perf", script)
-    spec = importlib.util.spec_from_file_location(script[:-3], path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load(script)
     with pytest.raises(SystemExit) as exc:
         mod.main(["--help"])
     assert exc.value.code == 0

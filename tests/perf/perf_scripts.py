@@ -1,0 +1,14 @@
+"""Load a script of perf/ as a module (the scripts are not a package)."""
+
+import importlib.util
+import os
+
+PERF = os.path.join(os.path.dirname(__file__), "..", "..", "perf")
+
+
+def load(script: str):
+    spec = importlib.util.spec_from_file_location(script.removesuffix(".py"),
+                                                  os.path.join(PERF, script))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
