@@ -498,10 +498,6 @@ def _lds_b32(addr):
     return _ptx("ld.shared.b32 {$w0}, [{$r0}];", [Int32], [addr])
 
 
-def _lds_b16(addr):
-    return _ptx("{ .reg .b16 t; ld.shared.b16 t, [{$r0}]; cvt.u32.u16 {$w0}, t; }", [Int32], [addr])
-
-
 def _lds_v2(addr):
     return _ptx("ld.shared.v2.b32 {{$w0}, {$w1}}, [{$r0}];", [Int32, Int32], [addr])
 
@@ -1661,10 +1657,6 @@ class Int2DecodeMergeSm90:
 
 def _ldg_f32(addr):
     return _ptx("ld.global.f32 {$w0}, [{$r0}];", [Float32], [addr])
-
-
-def _ldg_f32_nc(addr):
-    return _ptx("ld.global.nc.f32 {$w0}, [{$r0}];", [Float32], [addr])
 
 
 def _ldcg_f32(addr):
