@@ -134,7 +134,8 @@ def report(cubin: str, cuobjdump: str, name: str, decode: bool) -> dict:
             row.update(main_loop_sass=len(body),
                        main_loop_spills=sum(opcode(x) in ("STL", "LDL") for _, x in body),
                        fast_path_per_chunk=len(fast) / 2,
-                       fast_path_ops={k: v / 2 for k, v in fops.most_common()})
+                       fast_path_ops={k: v / 2 for k, v in fops.most_common()},
+                       fast_path=fast)
     return row
 
 
@@ -162,6 +163,9 @@ def main(argv=None) -> int:
     ap.add_argument("--kernels", nargs="+", default=["decode_pair", "decode", "merge"],
                     choices=["decode_pair", "decode", "merge"])
     ap.add_argument("--cuobjdump", default=None)
+    ap.add_argument("--dump-fast", default=None, metavar="DIR",
+                    help="also write each decode kernel's fast-path listing (one iteration, "
+                         "registers stripped) to DIR/<kernel>.txt, for diffing two trees")
     a = ap.parse_args(argv)
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
     tool = _cuobjdump(a.cuobjdump)
@@ -187,6 +191,11 @@ def main(argv=None) -> int:
                                      "had no effect?)")
                 row = report(new[-1], tool, f"{kind}_d{d}", kind != "merge")
                 fast = row.pop("fast_path_ops", None)
+                listing = row.pop("fast_path", None)
+                if a.dump_fast and listing:
+                    os.makedirs(a.dump_fast, exist_ok=True)
+                    with open(os.path.join(a.dump_fast, f"{kind}_d{d}.txt"), "w") as f:
+                        f.write("\n".join(listing) + "\n")
                 print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
                 if fast:
                     print("  fast path per chunk: "

@@ -75,13 +75,17 @@ accumulator's columns 4-7 would be padding, and the lanes holding them (quad 2, 
 run the softmax on nothing -- half of the scale / max / exp / sum / pack instructions per
 chunk. So the query fragment holds the group's heads in columns 0-3 and again in 4-7; of an
 iteration's two chunks A and B, chunk A's scores are taken from columns 0-3 and chunk B's
-from 4-7 (one select per score), and one softmax pass covers both (each lane's params come
-from its chunk's stage). Columns 4-7 carry a second running (m, l, O) per head, merged with
-columns 0-3 in the CTA combine like another warp's partial. The P tile then holds
-[P_A | P_B]; the PV MMAs of chunk A take the B fragment with columns 4-7 zeroed, chunk B's
-with 0-3 zeroed (two ANDs each). BF16 window chunks (one at a time) use columns 0-3 only.
-Fast path per 16 tokens and warp: 204 -> 178 SASS at head_dim 128, 151 -> 126.5 at 64;
-qwen3-8b batch 128 at 128K 2.97 -> 2.66 ms (83 % of the read ceiling).
+from 4-7 (one select per score, on the exact s32 scores at head_dim 128, so one ``I2F``
+per score instead of one per chunk and score), and one softmax pass covers both (each
+lane's params come from its chunk's stage). Columns 4-7 carry a second running (m, l, O)
+per head, merged with columns 0-3 in the CTA combine like another warp's partial. The
+pair kernel's P tile has 32-byte token rows ``[0 | P_B (columns 4-7) | P_A (columns 0-3) |
+0]`` (the zero bytes written once): one ``ldmatrix.x4.trans`` with rows at byte 16 (lanes
+0-15) and byte 0 (lanes 16-31) hands out chunk A's B fragment with columns 4-7 already zero
+and chunk B's with columns 0-3 zero (before: an ``x2`` and four selects per chunk pair).
+BF16 window chunks (one at a time) use columns 0-3 only. Fast path per 16 tokens and warp:
+204 -> 178 SASS at head_dim 128, 151 -> 126.5 at 64; qwen3-8b batch 128 at 128K 2.97 ->
+2.66 ms (83 % of the read ceiling).
 
 QK on the int8 tensor cores (head_dim 128): each code byte holds its channel quarters'
 2-bit fields at bits 0-1, 2-3, 4-5, 6-7, so ``(w * 4^(3 - i)) & 0xC0C0C0C0`` is 64 x the
@@ -130,7 +134,9 @@ through shared memory; ALU 83) -> 178 (5c97ebd: chunk pairs for GQA <= 4; the AL
 82.5, is now the K/V unpack) -> 173.5 (30e4949: no source change in the loop; with the
 rotation and tail on the tensor cores ptxas keeps more of the issue path's 64-bit bases
 in registers; ``decode`` 204 -> 201.5) -> 168 (V operand pairs by ``ldmatrix.trans``;
-``decode`` 195). qwen3-8b batch 128 at 128K on HND pages: 4.40 ms (b12a836) ->
+``decode`` 195) -> 167.5 (session 7: the pair kernel's zero-padded P tile and one ``I2F``
+per score; 119.5 at head_dim 64; qwen3-8b batch 8 / 32 at 64K-128K 1.4-1.8 % faster,
+perf/results/2026-11-29_h200_session7_ab_*). qwen3-8b batch 128 at 128K on HND pages: 4.40 ms (b12a836) ->
 3.94 ms (52e59d6) -> 3.19 ms (75c1fc7) -> 2.97 ms (584d9d9, 74 % of the read ceiling, 5.06x
 FlashInfer BF16) -> 2.66 ms (5c97ebd, 83 %, 5.64x) -> 2.62 ms (30e4949, 84 %, 5.71x) ->
 2.59 ms (8dcdd49, 86 % of that run's 4.40 TB/s ceiling, 5.90x). A separate producer warp
@@ -213,9 +219,10 @@ stack (4 STL / 3 LDL outside the INT2 main loop, which has none; 72 B before 30e
 45,056 B dynamic smem (ring 36,864 + q rows + q' + P tiles), 32 IMMA.16832.U8.S8 (QK) + 64
 HMMA.16816.F32 (32 PV, 16 query rotation, 16 output rotation) + 16 HMMA.16816.F32.BF16
 (window) + 4 LDSM.16.MT88.4 (V) + 5 LDSM.16.MT88.2 (P) + 30 LDGSTS + 1 ATOMG in the SASS
-(no UTMALDG); decode_pair D=128 128 registers, 8 B stack (80 B before), same smem, 32
-IMMA + 64 HMMA + 16 HMMA.BF16 + 4 + 3 LDSM + 30 LDGSTS; decode and decode_pair D=64 128
-registers, no stack; merge 56 registers.
+(no UTMALDG); decode_pair D=128 128 registers, same smem, 32
+IMMA + 64 HMMA + 16 HMMA.BF16 + 7 LDSM + 30 LDGSTS (16 B stack, 5 STL / 4 LDL
+outside the main loop, since session 7); decode and decode_pair D=64 128 registers, no
+stack; merge 56 registers (``perf/sass_report.py`` prints these).
 
 Debug builds: ``OSCAR_CUTE_DEBUG`` (read at import, so set it for ``aot build``) compiles in
 phase skips (timing only) or the %globaltimer trace; unset, the kernels are byte-identical
@@ -259,6 +266,7 @@ MERGE_PARTS = 4
 #: Bytes of one warp's P tile in shared memory (16 tokens x 8 heads, 16-bit): the S^T
 #: accumulator goes to the P^T B operand through it (2 st.shared + ldmatrix.trans).
 P_TILE = CHUNK * MAX_GROUP * 2
+PAIR_ROW = 32     # bytes per token row of the pair kernel's P tile (2 P_TILE in all)
 #: C ABI of the launcher: pointers (int64), then int32 arguments, one float, the stream.
 NUM_PTR_ARGS = 18
 NUM_INT_ARGS = 18
@@ -752,6 +760,17 @@ class Int2PagedDecodeSm90:
         s_p = s_q + MAX_GROUP * d * 2 + warp * (2 * P_TILE)
         p_st = s_p + 4 * lane
         p_ld = s_p + (lane % 16) * (2 * MAX_GROUP)
+        if cutlass.const_expr(self.pair):
+            # pair kernel: one tile of 32-byte token rows [0 | P_B (columns 4-7) | P_A
+            # (columns 0-3) | 0], so one ldmatrix.x4.trans hands out both chunks' B
+            # fragments with the other chunk's columns already zero (rows at byte 16 for
+            # A, at 0 for B; no masking ANDs). The zero bytes are written once here.
+            _sts_i32(s_p + (lane % 16) * PAIR_ROW + 24 * (lane // 16), Int32(0))
+            _sts_i32(s_p + (lane % 16) * PAIR_ROW + 24 * (lane // 16) + 4, Int32(0))
+            # (BF16 window chunks use it too: their columns 0-3 at byte 16, read by lanes
+            # 0-15 with ldmatrix.x2)
+            p_st = s_p + g * PAIR_ROW + 4 * quad + 16 * Int32(cutlass.select_(quad < 2, 1, 0))
+            p_ld = s_p + (lane % 16) * PAIR_ROW + 16 * Int32(cutlass.select_(lane < 16, 1, 0))
         # this lane's row of the V ldmatrix (see _v_frags): token (lane % 8) + 8 (tile // 2),
         # byte pairs 8 (tile % 2) .. of tile lane // 8 (head_dim 64: tiles = token halves)
         if cutlass.const_expr(self.nbv == 4):
@@ -1368,10 +1387,14 @@ class Int2PagedDecodeSm90:
         half of the B fragment zeroed)."""
         hi = Int32(cutlass.select_(quad >= 2, 1, 0))
         kf0, kf1 = self._load_k(sa, quad, g)
-        s_a = self._qk(qa, kf0, kf1, True)
+        s_a = self._qk(qa, kf0, kf1, True, raw=True)
         kf0, kf1 = self._load_k(sb, quad, g)
-        s_b = self._qk(qa, kf0, kf1, True)
-        s_acc = [_sel_f32(hi, s_b[k], s_a[k]) for k in range(4)]
+        s_b = self._qk(qa, kf0, kf1, True, raw=True)
+        if cutlass.const_expr(self.s8):
+            # select the exact s32 scores, then one conversion per score (not per chunk)
+            s_acc = [_i2f(Int32(cutlass.select_(hi != 0, s_b[k], s_a[k]))) for k in range(4)]
+        else:
+            s_acc = [_sel_f32(hi, s_b[k], s_a[k]) for k in range(4)]
         sown = sa + hi * (sb - sa)
         sk, zk, sv, zv, valid = self._load_params(sown, pos0 + hi * CHUNK, sink, int2_end, g,
                                                   masked)
@@ -1444,9 +1467,10 @@ class Int2PagedDecodeSm90:
         self._softmax_pv(s_acc, qh, va, sk, zk, sv, zv, valid, acc, st, scale_log2, p_st,
                          p_ld, is_int2, None)
 
-    def _qk(self, qa, kf0, kf1, is_int2: bool):
+    def _qk(self, qa, kf0, kf1, is_int2: bool, raw: bool = False):
         """S^T of one chunk: s_acc[2 n + j] = score of token g + 8 n, head column 2 quad + j
-        (raw: INT2 chunks before the per-token scale/zero)."""
+        (INT2 chunks before the per-token scale/zero; ``raw`` with the int8 QK: the exact
+        s32 ``256 hi + lo``, not yet converted to float)."""
         if is_int2 and self.s8:
             # two s32 chains (high / low query parts) over the four quarters, hi * 256 + lo
             z = Int32(0)
@@ -1456,7 +1480,9 @@ class Int2PagedDecodeSm90:
                     ch[part] = list(_mma_u8s8(kf0[2 * i], kf1[2 * i], kf0[2 * i + 1],
                                               kf1[2 * i + 1], qa[8 * part + 2 * i],
                                               qa[8 * part + 2 * i + 1], *ch[part]))
-            s_acc = [_i2f(_mad_s32(ch[0][k], 256, ch[1][k])) for k in range(4)]
+            s_acc = [_mad_s32(ch[0][k], 256, ch[1][k]) for k in range(4)]
+            if not raw:
+                s_acc = [_i2f(x) for x in s_acc]
         else:
             chains = [[Float32(0.0)] * 4, [Float32(0.0)] * 4]   # two independent MMA chains
             for s in range(self.ksteps):
@@ -1505,14 +1531,15 @@ class Int2PagedDecodeSm90:
         # chunks: one tile, ordered by the sync before the next store)
         if not is_int2 or g_pair is not None:
             _syncwarp()
+        row = PAIR_ROW if self.pair else 2 * MAX_GROUP
         _sts_i32(p_st, packed[0])
-        _sts_i32(p_st + 8 * 2 * MAX_GROUP, packed[1])
+        _sts_i32(p_st + 8 * row, packed[1])
         _syncwarp()
-        b0, b1 = _ldsm_x2_trans(p_ld)
         if g_pair is not None:
-            # columns 0-3 (g < 4) are chunk A's P, 4-7 chunk B's
-            lo = Int32(cutlass.select_(g_pair < 4, -1, 0))
-            bs = [(b0 & lo, b1 & lo), (b0 & ~lo, b1 & ~lo)]
+            # pair tile (see kernel): chunk A's B fragment = (tokens 2q.. of head g < 4, 0
+            # for g >= 4), chunk B's = (0, head g >= 4), in one ldmatrix.x4.trans
+            r = _ldsm_x4_trans(p_ld)
+            bs = [(r[0], r[1]), (r[2], r[3])]
             for mt in range(self.mtiles):
                 for c_i in range(2):
                     c = [acc[4 * mt], acc[4 * mt + 1], acc[4 * mt + 2], acc[4 * mt + 3]]
@@ -1520,6 +1547,7 @@ class Int2PagedDecodeSm90:
                     for i in range(4):
                         acc[4 * mt + i] = r[i]
             return
+        b0, b1 = _ldsm_x2_trans(p_ld)
         for mt in range(self.mtiles):
             c = [acc[4 * mt], acc[4 * mt + 1], acc[4 * mt + 2], acc[4 * mt + 3]]
             if callable(va):
