@@ -11,7 +11,9 @@ alone, the 36 appends alone and layer 0's decode 36 times; per-layer averages. T
 per-layer cost that only the stack has from one the kernel has everywhere. ``--sustain
 SECONDS`` then replays one decode back to back for that long (no L2 flush), timing every
 replay with CUDA events while ``nvidia-smi`` samples the SM clock, power and clock-event
-reasons every 100 ms: whether a decode slows down under sustained load.
+reasons every 100 ms: whether a decode slows down under sustained load. ``--bf16`` does
+the same for bench_e2e.py's BF16 stack (FlashInfer decode on NHD pages, page 16; needs
+FlashInfer importable).
 
 Qwen3-8B shape (32 query / 8 KV heads, head_dim 128, page 16, HND pages), a random
 orthogonal rotation shared by the heads (as bench_e2e.py), ``ops`` with
@@ -40,11 +42,13 @@ def main(argv=None) -> int:
                     help="bench_e2e.py's 36-layer qwen3-8b INT2 attention stack (HND)")
     ap.add_argument("--sustain", type=float, default=0.0,
                     help="with --stack: seconds of back-to-back decode replays to time")
+    ap.add_argument("--bf16", action="store_true",
+                    help="with --stack: bench_e2e.py's BF16 stack (FlashInfer) instead")
     a = ap.parse_args(argv)
     sys.path.insert(0, os.getcwd())
     import torch
     if a.stack:
-        return stack(a)
+        return stack_bf16(a) if a.bf16 else stack(a)
 
     from oscar_kernels import CacheSpec, LayerRotation
     from oscar_kernels.cute.bench import make_cache
@@ -141,6 +145,50 @@ def stack(a) -> int:
                   f"{1e3 * t['median_ms'] / layers:.1f} us per layer ({t['mode']})", flush=True)
         if a.sustain > 0:
             sustain(lambda: decode(0), a.sustain, f"batch {b} context {n} decode")
+        del attn, table
+        torch.cuda.empty_cache()
+    return 0
+
+
+def stack_bf16(a) -> int:
+    import torch
+
+    from perf import bench_e2e as e2e
+    from perf.harness import env_header, time_cuda
+
+    dev = torch.device("cuda")
+    print(env_header(), flush=True)
+    cfg = e2e.PRESETS["qwen3-8b"]
+    n, layers = a.context, cfg.num_layers
+    for b in a.batch:
+        pages = b * -(-n // 16)
+        attn = e2e.Bf16PagedAttention(cfg, page_size=16, num_pages=pages, device=dev,
+                                      kernel="flashinfer")
+        attn.fill_random(1)
+        table = e2e.PageTable(b, n, 16, pages, dev, seed=0)
+        table.set_lengths([n] * b)
+        attn.prepare(table)
+        gen = torch.Generator(device=dev).manual_seed(7)
+        q = torch.randn(b, cfg.num_qo_heads, cfg.head_dim, generator=gen, device=dev)
+        q = q.to(torch.bfloat16)
+        k = torch.randn(b, cfg.num_kv_heads, cfg.head_dim, generator=gen, device=dev)
+        k = k.to(torch.bfloat16)
+        v = torch.randn_like(k)
+        out = torch.empty_like(q)
+        attn.forward(0, q, k, v, out)
+
+        def decode(i):
+            attn.wrapper.run(q, (attn.k_pools[i], attn.v_pools[i]), out=out)
+
+        for name, fn in {"stack (append+decode, as bench_e2e attn)":
+                         lambda: [attn.forward(i, q, k, v, out) for i in range(layers)],
+                         "layer 0 decode x36": lambda: [decode(0) for _ in range(layers)]
+                         }.items():
+            t = time_cuda(fn, warmup=2, rep=a.rep)
+            print(f"bf16 batch {b} context {n} {name}: {t['median_ms']:.3f} ms, "
+                  f"{1e3 * t['median_ms'] / layers:.1f} us per layer ({t['mode']})", flush=True)
+        if a.sustain > 0:
+            sustain(lambda: decode(0), a.sustain, f"bf16 batch {b} context {n} decode")
         del attn, table
         torch.cuda.empty_cache()
     return 0
