@@ -85,7 +85,31 @@ pair kernel's P tile has 32-byte token rows ``[0 | P_B (columns 4-7) | P_A (colu
 and chunk B's with columns 0-3 zero (before: an ``x2`` and four selects per chunk pair).
 BF16 window chunks (one at a time) use columns 0-3 only. Fast path per 16 tokens and warp:
 204 -> 178 SASS at head_dim 128, 151 -> 126.5 at 64; qwen3-8b batch 128 at 128K 2.97 ->
-2.66 ms (83 % of the read ceiling).
+2.66 ms (83 % of the read ceiling). (This is the head_dim-64 pair kernel; head_dim 128
+uses the layout below.)
+
+High and low query parts in adjacent columns (``decode_pair`` at head_dim 128, "hl",
+session 7): the int8 QK needs two parts per query element, and with the heads twice in
+the columns above each chunk ran two IMMA chains of which half the columns were wasted.
+Instead column ``2 h`` holds head h's high part and ``2 h + 1`` its low part, so one
+chain (4 IMMA per chunk instead of 8) leaves in lane (g, q) the high and low s32 sums of
+head q and ``256 hi + lo`` is formed in-lane; the query fragment is 8 registers instead of
+16. Every lane then runs head q's softmax: the K rows of the MMA are permuted so that
+rows g, g + 8 are tokens 2g, 2g + 1, which makes a lane's two scores per chunk adjacent
+tokens (one 64-bit load of their scale/zero pairs, one b32 store of their P pair), and
+both chunks of an iteration share one running state per head (4 scores per lane and
+pass). P goes through two [head][token] tiles (rows 4-7 zero, written once) and one
+non-transposed ``ldmatrix.x4`` hands out both chunks' B fragments; both chunks' PV
+accumulate into columns 0-3, whose rescale factors come from the lanes of quads 2q, 2q + 1
+(one shuffle each, only when the max moves). BF16 window chunks use the same mapping with
+each head in both columns of its pair. With the warp index marked warp-uniform
+(``make_warp_uniform``: the ring bookkeeping, range and page-block arithmetic moved to
+the uniform datapath and the divergence guards around the shuffles went away) the fast
+path is 150.5 SASS per chunk (167.5 before; 161.5 with only the uniform hint), 4 IMMA;
+qwen3-8b batch 8 / 32 at 64K-128K 6-8 % faster, batch 50 at 100K under sustained load
+7 % (perf/results/2026-11-29_h200_session7_ab_wu.txt, ..._sustain_wu.txt). Without the
+uniform hint the same layout spilled l and the correction through local memory and gained
+nothing (perf/results/2026-11-29_session7_variants/).
 
 QK on the int8 tensor cores (head_dim 128): each code byte holds its channel quarters'
 2-bit fields at bits 0-1, 2-3, 4-5, 6-7, so ``(w * 4^(3 - i)) & 0xC0C0C0C0`` is 64 x the
@@ -136,7 +160,9 @@ rotation and tail on the tensor cores ptxas keeps more of the issue path's 64-bi
 in registers; ``decode`` 204 -> 201.5) -> 168 (V operand pairs by ``ldmatrix.trans``;
 ``decode`` 195) -> 167.5 (session 7: the pair kernel's zero-padded P tile and one ``I2F``
 per score; 119.5 at head_dim 64; qwen3-8b batch 8 / 32 at 64K-128K 1.4-1.8 % faster,
-perf/results/2026-11-29_h200_session7_ab_*). qwen3-8b batch 128 at 128K on HND pages: 4.40 ms (b12a836) ->
+perf/results/2026-11-29_h200_session7_ab_*) -> 150.5 (hi / lo query columns and the
+warp-uniform hint, above; ``decode`` 186.5, head_dim 64 114.5 / 141.5). qwen3-8b batch
+128 at 128K on HND pages: 4.40 ms (b12a836) ->
 3.94 ms (52e59d6) -> 3.19 ms (75c1fc7) -> 2.97 ms (584d9d9, 74 % of the read ceiling, 5.06x
 FlashInfer BF16) -> 2.66 ms (5c97ebd, 83 %, 5.64x) -> 2.62 ms (30e4949, 84 %, 5.71x) ->
 2.59 ms (8dcdd49, 86 % of that run's 4.40 TB/s ceiling, 5.90x). A separate producer warp
@@ -219,10 +245,12 @@ stack (4 STL / 3 LDL outside the INT2 main loop, which has none; 72 B before 30e
 45,056 B dynamic smem (ring 36,864 + q rows + q' + P tiles), 32 IMMA.16832.U8.S8 (QK) + 64
 HMMA.16816.F32 (32 PV, 16 query rotation, 16 output rotation) + 16 HMMA.16816.F32.BF16
 (window) + 4 LDSM.16.MT88.4 (V) + 5 LDSM.16.MT88.2 (P) + 30 LDGSTS + 1 ATOMG in the SASS
-(no UTMALDG); decode_pair D=128 128 registers, same smem, 32
-IMMA + 64 HMMA + 16 HMMA.BF16 + 7 LDSM + 30 LDGSTS (16 B stack, 5 STL / 4 LDL
-outside the main loop, since session 7); decode and decode_pair D=64 128 registers, no
-stack; merge 56 registers (``perf/sass_report.py`` prints these).
+(no UTMALDG); decode_pair D=128 128 registers, same smem, 16
+IMMA + 64 HMMA + 16 HMMA.BF16 + 7 LDSM + 24 LDGSTS (16 B stack, 4 STL / 7 LDL, two of
+them in the main loop off its fast path); decode D=128 since session 7 24 B stack, one
+LDL per two chunks on the fast path; decode and decode_pair D=64 128 registers, no stack;
+merge 56 registers (``perf/sass_report.py`` prints these,
+perf/results/2026-11-29_sass_report_session7_hl.txt).
 
 Debug builds: ``OSCAR_CUTE_DEBUG`` (read at import, so set it for ``aot build``) compiles in
 phase skips (timing only) or the %globaltimer trace; unset, the kernels are byte-identical
@@ -402,6 +430,18 @@ def _ldsm_x2_trans(addr):
                 [Int32, Int32], [addr])
 
 
+def _ldsm_x2(addr):
+    """Two 8x8 16-bit tiles (rows from lanes 0-15): ``ldmatrix .x2``."""
+    return _ptx("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {{$w0}, {$w1}}, [{$r0}];",
+                [Int32, Int32], [addr])
+
+
+def _ldsm_x4(addr):
+    """Four 8x8 16-bit tiles (row addresses from lanes 0-31): ``ldmatrix .x4``."""
+    return _ptx("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{$w0}, {$w1}, {$w2}, {$w3}}, "
+                "[{$r0}];", [Int32] * 4, [addr])
+
+
 def _ldsm_x4_trans(addr):
     """Four 8x8 16-bit tiles (row addresses from lanes 0-31), transposed."""
     return _ptx("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {{$w0}, {$w1}, {$w2}, {$w3}}, "
@@ -562,6 +602,9 @@ class Int2PagedDecodeSm90:
         self.nbv = d // 32             # V-code bytes per thread and token
         self.s8 = d == QK_S8_HEAD_DIM  # QK on the int8 tensor cores (else fp16 subnormals)
         self.pair = config.pair        # GQA <= 4: chunk pairs share one softmax pass
+        # pair kernel with the int8 QK: the query's high and low parts in adjacent MMA
+        # columns (2 h, 2 h + 1 = head h), one QK chain per chunk (see _int2_pair_hl)
+        self.hl = self.pair and self.s8
         self.row_bytes = d // 4        # code bytes per token and head
         self.stage_bytes = 2 * CHUNK * self.row_bytes + 2 * CHUNK * 4
         self.stages = STAGES[d]
@@ -622,7 +665,9 @@ class Int2PagedDecodeSm90:
         d = self.d
         split, h, b = cute.arch.block_idx()
         tidx, _, _ = cute.arch.thread_idx()
-        warp = tidx // 32
+        # warp-uniform: what derives from it (split ranges, ring stages, page blocks) can live
+        # in uniform registers (167.5 -> 161.5 SASS per chunk, no divergence guards)
+        warp = cute.arch.make_warp_uniform(tidx // 32)
         lane = tidx % 32
         g = lane // 4
         quad = lane % 4
@@ -737,6 +782,8 @@ class Int2PagedDecodeSm90:
         # are zeroed), permuted channels, / m_i; fp16 for the INT2 chunks
         # pair kernel (GQA ratio <= 4): the heads in columns 0-3 and again in 4-7
         gcol = g & 3 if cutlass.const_expr(self.pair) else g
+        if cutlass.const_expr(self.hl):   # columns 2 h, 2 h + 1: head h (hi / lo parts)
+            gcol = g // 2
         gq = cutlass.min(gcol, group - 1)
         qkeep = Float32(cutlass.select_(gcol < group, 1.0, 0.0))
         qa = cute.make_rmem_tensor((2 * self.ksteps,), Int32)
@@ -745,22 +792,29 @@ class Int2PagedDecodeSm90:
         # for subnormal fp16 codes; scale_log2 * a / (64 * 256) for the int8 QK)
         qh = cute.make_rmem_tensor((4,), Float32)
         if cutlass.const_expr(self.s8):
-            qsum, qscale = self._query_frags_s8(s_q, gq, qkeep, quad, qa)
+            qsum, qscale = self._query_frags_s8(s_q, gq, qkeep, quad, qa,
+                                                Int32(g & 1) if cutlass.const_expr(self.hl)
+                                                else None)
         else:
             qsum = self._query_frags(s_q, gq, qkeep, quad, qa, True)
             qscale = Float32(1.0 / SUBNORMAL)
         qsum = qsum + _shfl_bfly(qsum, 1)
         qsum = qsum + _shfl_bfly(qsum, 2)
-        for j in cutlass.range_constexpr(2):
-            qh[j] = _shfl_idx(qsum, (2 * quad + j) * 4) * scale_log2
-            qh[2 + j] = _shfl_idx(qscale, (2 * quad + j) * 4) * scale_log2
+        if cutlass.const_expr(self.hl):   # one head per lane: head quad (column 2 quad)
+            for j in cutlass.range_constexpr(2):
+                qh[j] = _shfl_idx(qsum, 8 * quad) * scale_log2
+                qh[2 + j] = _shfl_idx(qscale, 8 * quad) * scale_log2
+        else:
+            for j in cutlass.range_constexpr(2):
+                qh[j] = _shfl_idx(qsum, (2 * quad + j) * 4) * scale_log2
+                qh[2 + j] = _shfl_idx(qscale, (2 * quad + j) * 4) * scale_log2
         # this warp's two P tiles ([token][head] 16-bit, one per chunk of an iteration): this
         # lane stores its (token g + 8 n, heads 2q, 2q+1) pairs at p_st + 128 n and reads the
         # P^T fragment with ldmatrix.trans from row (lane % 16) at p_ld
         s_p = s_q + MAX_GROUP * d * 2 + warp * (2 * P_TILE)
         p_st = s_p + 4 * lane
         p_ld = s_p + (lane % 16) * (2 * MAX_GROUP)
-        if cutlass.const_expr(self.pair):
+        if cutlass.const_expr(self.pair and not self.hl):
             # pair kernel: one tile of 32-byte token rows [0 | P_B (columns 4-7) | P_A
             # (columns 0-3) | 0], so one ldmatrix.x4.trans hands out both chunks' B
             # fragments with the other chunk's columns already zero (rows at byte 16 for
@@ -771,6 +825,16 @@ class Int2PagedDecodeSm90:
             # 0-15 with ldmatrix.x2)
             p_st = s_p + g * PAIR_ROW + 4 * quad + 16 * Int32(cutlass.select_(quad < 2, 1, 0))
             p_ld = s_p + (lane % 16) * PAIR_ROW + 16 * Int32(cutlass.select_(lane < 16, 1, 0))
+        if cutlass.const_expr(self.hl):
+            # hl: two [head][token] tiles (A at 0, B at P_TILE; 8 rows of 16 tokens x 16 bit),
+            # rows 4-7 zero (written once); lane (g, q) stores P of head q, tokens 2g, 2g+1
+            # (one b32) and reads the B fragments with one ldmatrix.x4 (not transposed)
+            _sts_i32(s_p + (lane // 16) * P_TILE + (4 + (lane % 16) // 4) * 32
+                     + (lane % 4) * 8, Int32(0))
+            _sts_i32(s_p + (lane // 16) * P_TILE + (4 + (lane % 16) // 4) * 32
+                     + (lane % 4) * 8 + 4, Int32(0))
+            p_st = s_p + quad * 32 + g * 4
+            p_ld = s_p + (lane % 8) * 32 + ((lane // 8) % 2) * 16 + (lane // 16) * P_TILE
         # this lane's row of the V ldmatrix (see _v_frags): token (lane % 8) + 8 (tile // 2),
         # byte pairs 8 (tile % 2) .. of tile lane // 8 (head_dim 64: tiles = token halves)
         if cutlass.const_expr(self.nbv == 4):
@@ -812,7 +876,14 @@ class Int2PagedDecodeSm90:
             _syncwarp()
             sbase = smem_warp + (i & (self.stages - 1)) * self.stage_bytes
             pos0 = (ia + w_begin + i) * CHUNK
-            if cutlass.const_expr(self.pair):
+            if cutlass.const_expr(self.hl):
+                if pos0 >= sink and pos0 + 2 * CHUNK <= end_w:
+                    self._int2_pair_hl(sbase, sbase + self.stage_bytes, pos0, sink, end_w, qa,
+                                       qh, acc, st, quad, g, p_st, p_ld, v_ld, False)
+                else:
+                    self._int2_pair_hl(sbase, sbase + self.stage_bytes, pos0, sink, end_w, qa,
+                                       qh, acc, st, quad, g, p_st, p_ld, v_ld, True)
+            elif cutlass.const_expr(self.pair):
                 if pos0 >= sink and pos0 + 2 * CHUNK <= end_w:
                     self._int2_pair(sbase, sbase + self.stage_bytes, pos0, sink, end_w, qa, qh,
                                     acc, st, scale_log2, quad, g, p_st, p_ld, v_ld, False)
@@ -844,7 +915,7 @@ class Int2PagedDecodeSm90:
             kf0 = cute.make_rmem_tensor((2 * self.ksteps,), Int32)
             kf1 = cute.make_rmem_tensor((2 * self.ksteps,), Int32)
             for n in cutlass.range_constexpr(2):
-                v = c * CHUNK + g + 8 * n
+                v = c * CHUNK + self._tok(g, n)
                 self._load_window_k(kw_ptr, wslot, win_rows, num_kv_heads, h, sink, recent,
                                     nsink, rstart, nwin, v, quad, kf0 if n == 0 else kf1)
             va = cute.make_rmem_tensor((2 * self.mtiles * 2,), Int32)
@@ -852,11 +923,17 @@ class Int2PagedDecodeSm90:
                                 rstart, nwin, c * CHUNK, quad, g, va)
             valid = cute.make_rmem_tensor((2,), Int32)
             for n in cutlass.range_constexpr(2):
-                valid[n] = Int32(cutlass.select_(c * CHUNK + g + 8 * n < nwin, 1, 0))
-                if cutlass.const_expr(self.pair):   # columns 4-7 repeat the heads: use 0-3
+                valid[n] = Int32(cutlass.select_(c * CHUNK + self._tok(g, n) < nwin, 1, 0))
+                if cutlass.const_expr(self.pair and not self.hl):
+                    # columns 4-7 repeat the heads: use 0-3
                     valid[n] = valid[n] & Int32(cutlass.select_(quad < 2, 1, 0))
-            self._chunk(qa, qh, kf0, kf1, va, None, None, None, None, valid, acc, st,
-                        scale_log2, quad, p_st, p_ld, False)
+            if cutlass.const_expr(self.hl):
+                s_w = self._qk(qa, kf0, kf1, False)
+                xs = [s_w[0] * scale_log2, s_w[2] * scale_log2]   # tokens 2g, 2g+1, head q
+                self._softmax_pv_hl(xs, valid, None, None, va, acc, st, p_st, p_ld, quad)
+            else:
+                self._chunk(qa, qh, kf0, kf1, va, None, None, None, None, valid, acc, st,
+                            scale_log2, quad, p_st, p_ld, False)
 
         # ---- finalize this warp's split: reduce l, correction, sum p~ over the 8 token lanes,
         # stage (lse2, normalized o) per warp in shared memory (the ring is free now)
@@ -864,11 +941,21 @@ class Int2PagedDecodeSm90:
         cute.arch.sync_threads()
         cbase = smem_warp - warp * (self.stages * self.stage_bytes)
         wbase = cbase + warp * self.combine_bytes
+        if cutlass.const_expr(self.hl):
+            # lane quad q ran head q's softmax; its O columns are heads 2q, 2q + 1
+            l_hl = self._col_sum(st[2])
+            c_hl = self._col_sum(st[4])
+            m_hl = st[0]
         for j in cutlass.range_constexpr(2):
             head = 2 * quad + j
-            m_run = st[j]
-            l_run = self._col_sum(st[2 + j])
-            corr_j = self._col_sum(st[4 + j])
+            if cutlass.const_expr(self.hl):
+                m_run = _shfl_idx(m_hl, head & 3)
+                l_run = _shfl_idx(l_hl, head & 3)
+                corr_j = _shfl_idx(c_hl, head & 3)
+            else:
+                m_run = st[j]
+                l_run = self._col_sum(st[2 + j])
+                corr_j = self._col_sum(st[4 + j])
             lse2 = Float32(NEG_INF)
             inv_j = Float32(0.0)
             if l_run > Float32(0.0):
@@ -885,7 +972,7 @@ class Int2PagedDecodeSm90:
         cute.arch.sync_threads()
         # ---- combine the CTA's warps: one partial (lse2, o) per (sequence, head, split)
         # (pair kernel: head column h + 4 is a second partial of head h in every warp)
-        cols = 2 if cutlass.const_expr(self.pair) else 1
+        cols = 2 if cutlass.const_expr(self.pair and not self.hl) else 1
         for e in cutlass.range(tidx, group * d, 32 * NUM_WARPS):
             head = e // d
             ch = e - head * d
@@ -949,12 +1036,14 @@ class Int2PagedDecodeSm90:
                 qsum = qsum + ((qe[0] + qe[1]) + (qe[2] + qe[3]))
         return qsum
 
-    def _query_frags_s8(self, s_q, gq, qkeep, quad, qa):
+    def _query_frags_s8(self, s_q, gq, qkeep, quad, qa, lane_odd=None):
         """B fragments of head ``gq``'s q' for the int8 QK (``m16n8k32``): lane quad ``q``
         holds channels ``8 q + 32 i + (0..7)`` of quarter ``i`` (QK step ``i``), as
         ``qa[2 i + {0, 1}]`` (high parts) and ``qa[8 + 2 i + {0, 1}]`` (low parts) of
-        ``q' = a (hi + lo / 256)``, ``a = max|q'| / 127`` over the head. Returns this lane's
-        partial sum of q' and ``a / (64 * 256)`` (the score scale of the combined s32)."""
+        ``q' = a (hi + lo / 256)``, ``a = max|q'| / 127`` over the head; ``lane_odd`` given
+        (hl kernel, column g = head g // 2): only ``qa[2 i + {0, 1}]``, the low part when it
+        is nonzero, else the high part. Returns this lane's partial sum of q' and ``a / (64
+        * 256)`` (the score scale of the combined s32)."""
         d = self.d
         qv = []
         for i in range(4):
@@ -978,8 +1067,12 @@ class Int2PagedDecodeSm90:
             lo = [cutlass.max(-127, cutlass.min(127, _f2i_rn((qv[r][k] * inv - _i2f(hi[k]))
                                                              * Float32(256.0))))
                   for k in range(4)]
-            qa[r] = _pack_s8x4(*hi)
-            qa[8 + r] = _pack_s8x4(*lo)
+            if self.hl:    # column g: head g // 2, high part (g even) or low part (g odd)
+                qa[r] = Int32(cutlass.select_(lane_odd != 0, _pack_s8x4(*lo),
+                                              _pack_s8x4(*hi)))
+            else:
+                qa[r] = _pack_s8x4(*hi)
+                qa[8 + r] = _pack_s8x4(*lo)
         return qsum, mx * Float32(1.0 / (127.0 * 64.0 * 256.0))
 
     @cute.jit
@@ -1290,7 +1383,7 @@ class Int2PagedDecodeSm90:
         kf0 = cute.make_rmem_tensor((2 * self.ksteps,), Int32)
         kf1 = cute.make_rmem_tensor((2 * self.ksteps,), Int32)
         for n in range(2):
-            t = g + 8 * n
+            t = self._tok(g, n)
             addr = sbase + t * rb + quad * self.nbk
             if self.nbk == 8:
                 w0, w1 = _lds_v2(addr)
@@ -1401,6 +1494,133 @@ class Int2PagedDecodeSm90:
         v_frags = (self._v_frags(sa, v_ld), self._v_frags(sb, v_ld))
         self._softmax_pv(s_acc, qh, v_frags, sk, zk, sv, zv, valid, acc, st, scale_log2,
                          p_st, p_ld, True, g)
+
+    def _tok(self, g, n: int):
+        """Token (within a chunk) of MMA row ``g + 8 n``: ``g + 8 n``, or ``2 g + n`` in the hl
+        kernel (so lane (g, q)'s two scores are adjacent tokens: one b32 P store, one
+        64-bit load of their scale/zero pairs)."""
+        return 2 * g + n if self.hl else g + 8 * n
+
+    def _qk_hl(self, qa, kf0, kf1):
+        """hl kernel: S^T of one chunk on one int8 chain, columns (2 h, 2 h + 1) = head h's
+        (high, low) parts: the exact s32 scores of head ``quad``, tokens 2g, 2g+1."""
+        z = Int32(0)
+        c = [z] * 4
+        for i in range(4):
+            c = list(_mma_u8s8(kf0[2 * i], kf1[2 * i], kf0[2 * i + 1], kf1[2 * i + 1],
+                               qa[2 * i], qa[2 * i + 1], *c))
+        return [_mad_s32(c[0], 256, c[1]), _mad_s32(c[2], 256, c[3])]
+
+    def _params_hl(self, sbase, pos0, sink, int2_end, g, masked: bool):
+        """Scale/zero of K and V of tokens 2g, 2g+1 (one 64-bit load each)."""
+        rb = self.row_bytes
+        kw = _lds_v2(sbase + 2 * CHUNK * rb + 2 * g * 4)
+        vw = _lds_v2(sbase + 2 * CHUNK * rb + CHUNK * 4 + 2 * g * 4)
+        sk, zk, sv, zv, valid = [], [], [], [], []
+        for n in range(2):
+            a, zz = _f16x2_to_f32(kw[n])
+            sk.append(a)
+            zk.append(zz)
+            a2, z2 = _f16x2_to_f32(vw[n])
+            if masked:
+                pos = pos0 + 2 * g + n
+                ok = (Int32(cutlass.select_(pos >= sink, 1, 0))
+                      & Int32(cutlass.select_(pos < int2_end, 1, 0)))
+                valid.append(ok)
+                sv.append(_sel_f32(ok, a2, Float32(0.0)))
+                zv.append(_sel_f32(ok, z2, Float32(0.0)))
+            else:
+                sv.append(a2)
+                zv.append(z2)
+        return sk, zk, sv, zv, (valid if masked else None)
+
+    def _int2_pair_hl(self, sa, sb, pos0, sink, int2_end, qa, qh, acc, st, quad, g, p_st,
+                      p_ld, v_ld, masked: bool):
+        """Two INT2 chunks, one softmax pass, head_dim 128 with GQA <= 4 ("hl"): the query
+        fragment holds head h's high int8 part in column 2 h and its low part in column
+        2 h + 1, so one IMMA chain per chunk (4 instead of 8) yields in lane (g, q) the
+        high and low s32 sums of head q for tokens 2g, 2g+1 (MMA rows g, g + 8): ``256 hi +
+        lo`` in-lane. Each lane runs head q's online softmax over its 4 scores (both
+        chunks, one running state); P goes through two [head][token] tiles (rows 4-7 zero)
+        and one ldmatrix.x4, and both chunks' PV accumulate into columns 0-3."""
+        kf0, kf1 = self._load_k(sa, quad, g)
+        s_a = self._qk_hl(qa, kf0, kf1)
+        kf0, kf1 = self._load_k(sb, quad, g)
+        s_b = self._qk_hl(qa, kf0, kf1)
+        ska, zka, sva, zva, vla = self._params_hl(sa, pos0, sink, int2_end, g, masked)
+        skb, zkb, svb, zvb, vlb = self._params_hl(sb, pos0 + CHUNK, sink, int2_end, g, masked)
+        raw = [_i2f(s_a[0]), _i2f(s_a[1]), _i2f(s_b[0]), _i2f(s_b[1])]
+        sk = ska + skb
+        zk = zka + zkb
+        xs = []
+        for k in range(4):
+            x = (sk[k] * qh[2]) * raw[k] + zk[k] * qh[0]
+            if masked:
+                x = _sel_f32((vla + vlb)[k], x, Float32(NEG_INF))
+            xs.append(x)
+        self._softmax_pv_hl(xs, None, sva + svb, zva + zvb,
+                            (self._v_frags(sa, v_ld), self._v_frags(sb, v_ld)), acc, st, p_st,
+                            p_ld, quad)
+
+    @cute.jit
+    def _rescale_hl(self, st, loc, acc, quad, moved):
+        """hl: head quad's running max (lanes of one quad share it), updated only when some
+        lane's scores exceed it; l, the correction and the O^T columns 2 quad, 2 quad + 1
+        (heads whose softmax ran in quads 2 quad, 2 quad + 1) rescaled."""
+        if moved:
+            m_old = st[0]
+            m_new = _fmax(m_old, self._col_max(loc))
+            a = _ex2(m_old - m_new)
+            st[0] = m_new
+            st[2] = st[2] * a
+            st[4] = st[4] * a
+            a0 = _shfl_idx(a, (2 * quad) & 3)
+            a1 = _shfl_idx(a, (2 * quad + 1) & 3)
+            for i in cutlass.range_constexpr(2 * self.mtiles):
+                acc[2 * i] = acc[2 * i] * a0
+                acc[2 * i + 1] = acc[2 * i + 1] * a1
+
+    def _softmax_pv_hl(self, xs, valid, sv, zv, va, acc, st, p_st, p_ld, quad):
+        """hl online softmax of head ``quad`` over the scores ``xs`` (4: an INT2 chunk pair,
+        tokens 2g, 2g+1 of A then B, with ``sv``/``zv``; 2: a BF16 window chunk, ``va`` its
+        operands and ``valid`` its token mask), then O^T += V^T P^T."""
+        if valid is not None:
+            xs = [_sel_f32(valid[k], xs[k], Float32(NEG_INF)) for k in range(len(xs))]
+        loc = xs[0]
+        for x in xs[1:]:
+            loc = _fmax(loc, x)
+        grew = Int32(cutlass.select_(loc > st[0], 1, 0))
+        self._rescale_hl(st, loc, acc, quad, cute.arch.vote_any_sync(grew != 0))
+        ps = [_ex2(x - st[0]) for x in xs]
+        tot = ps[0] + ps[1]
+        if len(ps) == 4:
+            tot = tot + (ps[2] + ps[3])
+        st[2] = st[2] + tot
+        _syncwarp()
+        if sv is not None:
+            st[4] = st[4] + ((ps[0] * zv[0] + ps[1] * zv[1]) + (ps[2] * zv[2] + ps[3] * zv[3]))
+            _sts_i32(p_st, _pack_f16x2(ps[0] * sv[0], ps[1] * sv[1]))
+            _sts_i32(p_st + P_TILE, _pack_f16x2(ps[2] * sv[2], ps[3] * sv[3]))
+            _syncwarp()
+            r = _ldsm_x4(p_ld)
+            for mt in range(self.mtiles):
+                for c_i in range(2):
+                    c = [acc[4 * mt], acc[4 * mt + 1], acc[4 * mt + 2], acc[4 * mt + 3]]
+                    out = _mma(*va[c_i](mt), r[2 * c_i], r[2 * c_i + 1], *c, f16=True)
+                    for i in range(4):
+                        acc[4 * mt + i] = out[i]
+        else:
+            # window P on the INT2 operands' 2^-24 scale (bf16 has the exponent range)
+            _sts_i32(p_st, _pack_bf16x2(ps[0] * Float32(SUBNORMAL), ps[1] * Float32(SUBNORMAL)))
+            _syncwarp()
+            b0, b1 = _ldsm_x2(p_ld)
+            for mt in range(self.mtiles):
+                c = [acc[4 * mt], acc[4 * mt + 1], acc[4 * mt + 2], acc[4 * mt + 3]]
+                a = [va[mt * 2], va[mt * 2 + 1], va[(self.mtiles + mt) * 2],
+                     va[(self.mtiles + mt) * 2 + 1]]
+                out = _mma(*a, b0, b1, *c)
+                for i in range(4):
+                    acc[4 * mt + i] = out[i]
 
     def _unpack_k(self, words, kf):
         """K code words of one token -> 2*ksteps A fragments of fp16 ``m_i * code * 2^-24``."""
