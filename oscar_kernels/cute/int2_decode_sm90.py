@@ -484,6 +484,8 @@ NEG_INF = -math.inf
 #: Initial running max: finite, so that exp2(score - max) needs no -inf guard (masked scores
 #: are -inf and give 0; the first real score replaces it and rescales zeros).
 M_INIT = -1.0e30
+#: Smallest normal float32.
+FLT_MIN = 2.0 ** -126
 #: INT2 operands are fp16 *subnormals*: the 2-bit field of channel quarter i sits at bits
 #: 2i of a code byte, and ``w & mask_i`` read as an fp16 pair is ``m_i * code * 2^-24``
 #: exactly (subnormal fp16 = mantissa * 2^-24; the tensor cores take subnormal inputs). One
@@ -511,6 +513,15 @@ def _mul_bf16x2(x, m: float):
     bits = {4.0: 0x40804080, 16.0: 0x41804180, 64.0: 0x42804280}[m]
     return _ptx(f"{{ .reg .b32 c; mov.b32 c, {hex(bits)}; mul.rn.bf16x2 {{$w0}}, {{$r0}}, c; }}",
                 [Int32], [x])
+
+
+def _mul_f16x2(a, b):
+    return _ptx("mul.rn.f16x2 {$w0}, {$r0}, {$r1};", [Int32], [a, b])
+
+
+def _f16hi_to_f32(word):
+    return _ptx("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, {$r0}; cvt.f32.f16 {$w0}, hi; }",
+                [Float32], [word])
 
 
 def _mad_wide_u32(a, b: int, c):
@@ -800,10 +811,15 @@ class Int2PagedDecodeSm90:
             qscale = Float32(1.0 / SUBNORMAL)
         qsum = qsum + _shfl_bfly(qsum, 1)
         qsum = qsum + _shfl_bfly(qsum, 2)
-        if cutlass.const_expr(self.hl):   # one head per lane: head quad (column 2 quad)
-            for j in cutlass.range_constexpr(2):
-                qh[j] = _shfl_idx(qsum, 8 * quad) * scale_log2
-                qh[2 + j] = _shfl_idx(qscale, 8 * quad) * scale_log2
+        if cutlass.const_expr(self.hl):
+            # one head per lane, head quad (column 2 quad): the INT2 score is
+            # qh[2] * (s * raw + z * qh[1]) with qh[1] = sum(q') / the int8 score scale, so
+            # qh[2] multiplies once inside the exp2 (and once for the lane's max); qh[2] >=
+            # FLT_MIN keeps qh[1] finite for an all-zero (or padding) head
+            qh[0] = _shfl_idx(qsum, 8 * quad) * scale_log2
+            qh[2] = _fmax(_shfl_idx(qscale, 8 * quad) * scale_log2, Float32(FLT_MIN))
+            qh[1] = qh[0] * _rcp(qh[2])
+            qh[3] = qh[2]
         else:
             for j in cutlass.range_constexpr(2):
                 qh[j] = _shfl_idx(qsum, (2 * quad + j) * 4) * scale_log2
@@ -1521,6 +1537,10 @@ class Int2PagedDecodeSm90:
             a, zz = _f16x2_to_f32(kw[n])
             sk.append(a)
             zk.append(zz)
+            if not masked:
+                # V scales stay fp16: (s_2g, s_2g+1) for one mul.f16x2 with the P pair
+                zv.append(_f16hi_to_f32(vw[n]))
+                continue
             a2, z2 = _f16x2_to_f32(vw[n])
             if masked:
                 pos = pos0 + 2 * g + n
@@ -1529,9 +1549,8 @@ class Int2PagedDecodeSm90:
                 valid.append(ok)
                 sv.append(_sel_f32(ok, a2, Float32(0.0)))
                 zv.append(_sel_f32(ok, z2, Float32(0.0)))
-            else:
-                sv.append(a2)
-                zv.append(z2)
+        if not masked:
+            sv = [_prmt(vw[0], vw[1], 0x5410)]
         return sk, zk, sv, zv, (valid if masked else None)
 
     def _int2_pair_hl(self, sa, sb, pos0, sink, int2_end, qa, qh, acc, st, quad, g, p_st,
@@ -1552,15 +1571,15 @@ class Int2PagedDecodeSm90:
         raw = [_i2f(s_a[0]), _i2f(s_a[1]), _i2f(s_b[0]), _i2f(s_b[1])]
         sk = ska + skb
         zk = zka + zkb
-        xs = []
+        ys = []   # scores / qh[2]
         for k in range(4):
-            x = (sk[k] * qh[2]) * raw[k] + zk[k] * qh[0]
+            y = sk[k] * raw[k] + zk[k] * qh[1]
             if masked:
-                x = _sel_f32((vla + vlb)[k], x, Float32(NEG_INF))
-            xs.append(x)
-        self._softmax_pv_hl(xs, None, sva + svb, zva + zvb,
+                y = _sel_f32((vla + vlb)[k], y, Float32(NEG_INF))
+            ys.append(y)
+        self._softmax_pv_hl(ys, None, sva + svb, zva + zvb,
                             (self._v_frags(sa, v_ld), self._v_frags(sb, v_ld)), acc, st, p_st,
-                            p_ld, quad)
+                            p_ld, quad, qh[2])
 
     @cute.jit
     def _rescale_hl(self, st, loc, acc, quad, moved):
@@ -1580,27 +1599,40 @@ class Int2PagedDecodeSm90:
                 acc[2 * i] = acc[2 * i] * a0
                 acc[2 * i + 1] = acc[2 * i + 1] * a1
 
-    def _softmax_pv_hl(self, xs, valid, sv, zv, va, acc, st, p_st, p_ld, quad):
-        """hl online softmax of head ``quad`` over the scores ``xs`` (4: an INT2 chunk pair,
-        tokens 2g, 2g+1 of A then B, with ``sv``/``zv``; 2: a BF16 window chunk, ``va`` its
-        operands and ``valid`` its token mask), then O^T += V^T P^T."""
+    def _softmax_pv_hl(self, xs, valid, sv, zv, va, acc, st, p_st, p_ld, quad, scale=None):
+        """hl online softmax of head ``quad`` over the scores ``scale * xs`` (4: an INT2
+        chunk pair, tokens 2g, 2g+1 of A then B, with ``sv``/``zv``; 2: a BF16 window chunk
+        (``scale`` None), ``va`` its operands and ``valid`` its token mask), then O^T +=
+        V^T P^T. ``scale`` > 0 multiplies inside the exp2 and once for the lane's max."""
         if valid is not None:
             xs = [_sel_f32(valid[k], xs[k], Float32(NEG_INF)) for k in range(len(xs))]
         loc = xs[0]
         for x in xs[1:]:
             loc = _fmax(loc, x)
+        if scale is not None:
+            loc = loc * scale
         grew = Int32(cutlass.select_(loc > st[0], 1, 0))
         self._rescale_hl(st, loc, acc, quad, cute.arch.vote_any_sync(grew != 0))
-        ps = [_ex2(x - st[0]) for x in xs]
-        tot = ps[0] + ps[1]
-        if len(ps) == 4:
-            tot = tot + (ps[2] + ps[3])
-        st[2] = st[2] + tot
+        if scale is not None:
+            ps = [_ex2(x * scale - st[0]) for x in xs]
+        else:
+            ps = [_ex2(x - st[0]) for x in xs]
+        tot = st[2]
+        for pk in ps:
+            tot = tot + pk
+        st[2] = tot
         _syncwarp()
         if sv is not None:
-            st[4] = st[4] + ((ps[0] * zv[0] + ps[1] * zv[1]) + (ps[2] * zv[2] + ps[3] * zv[3]))
-            _sts_i32(p_st, _pack_f16x2(ps[0] * sv[0], ps[1] * sv[1]))
-            _sts_i32(p_st + P_TILE, _pack_f16x2(ps[2] * sv[2], ps[3] * sv[3]))
+            corr = st[4]
+            for k in range(4):
+                corr = corr + ps[k] * zv[k]
+            st[4] = corr
+            if len(sv) == 2:   # full chunks: fp16 (s_v, s_v') pairs, one f16x2 multiply
+                _sts_i32(p_st, _mul_f16x2(_pack_f16x2(ps[0], ps[1]), sv[0]))
+                _sts_i32(p_st + P_TILE, _mul_f16x2(_pack_f16x2(ps[2], ps[3]), sv[1]))
+            else:
+                _sts_i32(p_st, _pack_f16x2(ps[0] * sv[0], ps[1] * sv[1]))
+                _sts_i32(p_st + P_TILE, _pack_f16x2(ps[2] * sv[2], ps[3] * sv[3]))
             _syncwarp()
             r = _ldsm_x4(p_ld)
             for mt in range(self.mtiles):
