@@ -105,7 +105,8 @@ accumulate into columns 0-3, whose rescale factors come from the lanes of quads 
 each head in both columns of its pair. With the warp index marked warp-uniform
 (``make_warp_uniform``: the ring bookkeeping, range and page-block arithmetic moved to
 the uniform datapath and the divergence guards around the shuffles went away) the fast
-path is 150.5 SASS per chunk (167.5 before; 161.5 with only the uniform hint), 4 IMMA;
+path is 150.5 SASS per chunk (167.5 before; 161.5 with only the uniform hint; 147.5 since
+3f8f063, see the history below), 4 IMMA;
 qwen3-8b batch 8 / 32 at 64K-128K 6-8 % faster, batch 50 at 100K under sustained load
 7 % (perf/results/2026-11-29_h200_session7_ab_wu.txt, ..._sustain_wu.txt). Without the
 uniform hint the same layout spilled l and the correction through local memory and gained
@@ -161,7 +162,10 @@ in registers; ``decode`` 204 -> 201.5) -> 168 (V operand pairs by ``ldmatrix.tra
 ``decode`` 195) -> 167.5 (session 7: the pair kernel's zero-padded P tile and one ``I2F``
 per score; 119.5 at head_dim 64; qwen3-8b batch 8 / 32 at 64K-128K 1.4-1.8 % faster,
 perf/results/2026-11-29_h200_session7_ab_*) -> 150.5 (hi / lo query columns and the
-warp-uniform hint, above; ``decode`` 186.5, head_dim 64 114.5 / 141.5). qwen3-8b batch
+warp-uniform hint, above; ``decode`` 186.5, head_dim 64 114.5 / 141.5) -> 147.5 (3f8f063:
+hl scores as ``qh2 (s raw + z sum(q') / qh2)`` with ``qh2`` applied inside the exp2 and
+once for the lane max, l / correction as FMA chains, full chunks multiply the P pair by
+the fp16 ``(s_v, s_v')`` pair in one ``mul.f16x2``; 0.5-1 % at batch 8 / 32). qwen3-8b batch
 128 at 128K on HND pages: 4.40 ms (b12a836) ->
 3.94 ms (52e59d6) -> 3.19 ms (75c1fc7) -> 2.97 ms (584d9d9, 74 % of the read ceiling, 5.06x
 FlashInfer BF16) -> 2.66 ms (5c97ebd, 83 %, 5.64x) -> 2.62 ms (30e4949, 84 %, 5.71x) ->
