@@ -48,7 +48,7 @@ def main(argv=None) -> int:
     sys.path.insert(0, os.getcwd())
     import torch
     if a.stack:
-        return stack_bf16(a) if a.bf16 else stack(a)
+        return stack(a)
 
     from oscar_kernels import CacheSpec, LayerRotation
     from oscar_kernels.cute.bench import make_cache
@@ -90,6 +90,9 @@ def main(argv=None) -> int:
 
 
 def stack(a) -> int:
+    """bench_e2e.py's own qwen3-8b attention stack (INT2 on HND pages, or with ``--bf16``
+    the BF16 FlashInfer one) at each batch size: whole-stack and per-part timings, then the
+    sustained-load replay of layer 0's decode when ``--sustain`` is given."""
     import torch
 
     from perf import bench_e2e as e2e
@@ -100,10 +103,15 @@ def stack(a) -> int:
     cfg = e2e.PRESETS["qwen3-8b"]
     spec = e2e.int2_spec(cfg, 16, None, "HND")
     n, layers = a.context, cfg.num_layers
+    kind = "bf16 " if a.bf16 else ""
     for b in a.batch:
         pages = b * -(-n // spec.page_size)
-        attn = e2e.Int2PagedAttention(cfg, spec, num_pages=pages, num_window_slots=b,
-                                      device=dev, backend="auto", seed=0)
+        if a.bf16:
+            attn = e2e.Bf16PagedAttention(cfg, page_size=spec.page_size, num_pages=pages,
+                                          device=dev, kernel="flashinfer")
+        else:
+            attn = e2e.Int2PagedAttention(cfg, spec, num_pages=pages, num_window_slots=b,
+                                          device=dev, backend="auto", seed=0)
         attn.fill_random(1)
         table = e2e.PageTable(b, n, spec.page_size, pages, dev, seed=0)
         table.set_lengths([n] * b)
@@ -115,12 +123,17 @@ def stack(a) -> int:
         k = k.to(torch.bfloat16)
         v = torch.randn_like(k)
         out = torch.empty_like(q)
-        attn.check_bounds = True
-        attn.forward(0, q, k, v, out)          # eager, bounds checked, operands cached
-        attn.check_bounds = False
+        if hasattr(attn, "check_bounds"):
+            attn.check_bounds = True
+        attn.forward(0, q, k, v, out)          # eager (bounds checked, operands cached)
+        if hasattr(attn, "check_bounds"):
+            attn.check_bounds = False
         m = table.num_used_pages
 
         def decode(i):
+            if a.bf16:
+                attn.wrapper.run(q, (attn.k_pools[i], attn.v_pools[i]), out=out)
+                return
             ops.paged_decode_attention(q, attn.caches[i], table.kv_indptr,
                                        table.kv_indices[:m], table.kv_last_page_len,
                                        table.window_slots, attn.rotations[i], out=out,
@@ -132,63 +145,18 @@ def stack(a) -> int:
                 table.kv_indices[:m], table.kv_indptr, table.kv_last_page_len,
                 table.window_slots, attn.rotations[i], check_bounds=False)
 
-        cases = {
-            "stack (append+decode, as bench_e2e attn)":
-                lambda: [attn.forward(i, q, k, v, out) for i in range(layers)],
-            "decodes only": lambda: [decode(i) for i in range(layers)],
-            "appends only": lambda: [append(i) for i in range(layers)],
-            "layer 0 decode x36": lambda: [decode(0) for _ in range(layers)],
-        }
+        cases = {"stack (append+decode, as bench_e2e attn)":
+                 lambda: [attn.forward(i, q, k, v, out) for i in range(layers)]}
+        if not a.bf16:
+            cases["decodes only"] = lambda: [decode(i) for i in range(layers)]
+            cases["appends only"] = lambda: [append(i) for i in range(layers)]
+        cases["layer 0 decode x36"] = lambda: [decode(0) for _ in range(layers)]
         for name, fn in cases.items():
             t = time_cuda(fn, warmup=2, rep=a.rep)
-            print(f"batch {b} context {n} {name}: {t['median_ms']:.3f} ms, "
+            print(f"{kind}batch {b} context {n} {name}: {t['median_ms']:.3f} ms, "
                   f"{1e3 * t['median_ms'] / layers:.1f} us per layer ({t['mode']})", flush=True)
         if a.sustain > 0:
-            sustain(lambda: decode(0), a.sustain, f"batch {b} context {n} decode")
-        del attn, table
-        torch.cuda.empty_cache()
-    return 0
-
-
-def stack_bf16(a) -> int:
-    import torch
-
-    from perf import bench_e2e as e2e
-    from perf.harness import env_header, time_cuda
-
-    dev = torch.device("cuda")
-    print(env_header(), flush=True)
-    cfg = e2e.PRESETS["qwen3-8b"]
-    n, layers = a.context, cfg.num_layers
-    for b in a.batch:
-        pages = b * -(-n // 16)
-        attn = e2e.Bf16PagedAttention(cfg, page_size=16, num_pages=pages, device=dev,
-                                      kernel="flashinfer")
-        attn.fill_random(1)
-        table = e2e.PageTable(b, n, 16, pages, dev, seed=0)
-        table.set_lengths([n] * b)
-        attn.prepare(table)
-        gen = torch.Generator(device=dev).manual_seed(7)
-        q = torch.randn(b, cfg.num_qo_heads, cfg.head_dim, generator=gen, device=dev)
-        q = q.to(torch.bfloat16)
-        k = torch.randn(b, cfg.num_kv_heads, cfg.head_dim, generator=gen, device=dev)
-        k = k.to(torch.bfloat16)
-        v = torch.randn_like(k)
-        out = torch.empty_like(q)
-        attn.forward(0, q, k, v, out)
-
-        def decode(i):
-            attn.wrapper.run(q, (attn.k_pools[i], attn.v_pools[i]), out=out)
-
-        for name, fn in {"stack (append+decode, as bench_e2e attn)":
-                         lambda: [attn.forward(i, q, k, v, out) for i in range(layers)],
-                         "layer 0 decode x36": lambda: [decode(0) for _ in range(layers)]
-                         }.items():
-            t = time_cuda(fn, warmup=2, rep=a.rep)
-            print(f"bf16 batch {b} context {n} {name}: {t['median_ms']:.3f} ms, "
-                  f"{1e3 * t['median_ms'] / layers:.1f} us per layer ({t['mode']})", flush=True)
-        if a.sustain > 0:
-            sustain(lambda: decode(0), a.sustain, f"bf16 batch {b} context {n} decode")
+            sustain(lambda: decode(0), a.sustain, f"{kind}batch {b} context {n} decode")
         del attn, table
         torch.cuda.empty_cache()
     return 0
