@@ -75,9 +75,8 @@ accumulator's columns 4-7 would be padding, and the lanes holding them (quad 2, 
 run the softmax on nothing -- half of the scale / max / exp / sum / pack instructions per
 chunk. So the query fragment holds the group's heads in columns 0-3 and again in 4-7; of an
 iteration's two chunks A and B, chunk A's scores are taken from columns 0-3 and chunk B's
-from 4-7 (one select per score, on the exact s32 scores at head_dim 128, so one ``I2F``
-per score instead of one per chunk and score), and one softmax pass covers both (each
-lane's params come from its chunk's stage). Columns 4-7 carry a second running (m, l, O)
+from 4-7 (one select per score), and one softmax pass covers both (each lane's params
+come from its chunk's stage). Columns 4-7 carry a second running (m, l, O)
 per head, merged with columns 0-3 in the CTA combine like another warp's partial. The
 pair kernel's P tile has 32-byte token rows ``[0 | P_B (columns 4-7) | P_A (columns 0-3) |
 0]`` (the zero bytes written once): one ``ldmatrix.x4.trans`` with rows at byte 16 (lanes
@@ -823,7 +822,7 @@ class Int2PagedDecodeSm90:
             qh[0] = _shfl_idx(qsum, 8 * quad) * scale_log2
             qh[2] = _fmax(_shfl_idx(qscale, 8 * quad) * scale_log2, Float32(FLT_MIN))
             qh[1] = qh[0] * _rcp(qh[2])
-            qh[3] = qh[2]
+            qh[3] = qh[2]   # unused; left unset, ptxas allocates the loop differently
         else:
             for j in cutlass.range_constexpr(2):
                 qh[j] = _shfl_idx(qsum, (2 * quad + j) * 4) * scale_log2
@@ -1497,17 +1496,14 @@ class Int2PagedDecodeSm90:
         score merges them, and the scale/exp/sum/pack work per 16 tokens and warp halves
         (columns 4-7 carry a second running state per head, merged in the combine). The
         P tile then holds [P_A | P_B]; each PV MMA takes its chunk's columns (the other
-        half of the B fragment zeroed)."""
+        half of the B fragment zeroed). Head_dim 64 (fp16 QK); head_dim 128 runs
+        :meth:`_int2_pair_hl`."""
         hi = Int32(cutlass.select_(quad >= 2, 1, 0))
         kf0, kf1 = self._load_k(sa, quad, g)
-        s_a = self._qk(qa, kf0, kf1, True, raw=True)
+        s_a = self._qk(qa, kf0, kf1, True)
         kf0, kf1 = self._load_k(sb, quad, g)
-        s_b = self._qk(qa, kf0, kf1, True, raw=True)
-        if cutlass.const_expr(self.s8):
-            # select the exact s32 scores, then one conversion per score (not per chunk)
-            s_acc = [_i2f(Int32(cutlass.select_(hi != 0, s_b[k], s_a[k]))) for k in range(4)]
-        else:
-            s_acc = [_sel_f32(hi, s_b[k], s_a[k]) for k in range(4)]
+        s_b = self._qk(qa, kf0, kf1, True)
+        s_acc = [_sel_f32(hi, s_b[k], s_a[k]) for k in range(4)]
         sown = sa + hi * (sb - sa)
         sk, zk, sv, zv, valid = self._load_params(sown, pos0 + hi * CHUNK, sink, int2_end, g,
                                                   masked)
@@ -1723,10 +1719,9 @@ class Int2PagedDecodeSm90:
         self._softmax_pv(s_acc, qh, va, sk, zk, sv, zv, valid, acc, st, scale_log2, p_st,
                          p_ld, is_int2, None)
 
-    def _qk(self, qa, kf0, kf1, is_int2: bool, raw: bool = False):
+    def _qk(self, qa, kf0, kf1, is_int2: bool):
         """S^T of one chunk: s_acc[2 n + j] = score of token g + 8 n, head column 2 quad + j
-        (INT2 chunks before the per-token scale/zero; ``raw`` with the int8 QK: the exact
-        s32 ``256 hi + lo``, not yet converted to float)."""
+        (raw: INT2 chunks before the per-token scale/zero)."""
         if is_int2 and self.s8:
             # two s32 chains (high / low query parts) over the four quarters, hi * 256 + lo
             z = Int32(0)
@@ -1736,9 +1731,7 @@ class Int2PagedDecodeSm90:
                     ch[part] = list(_mma_u8s8(kf0[2 * i], kf1[2 * i], kf0[2 * i + 1],
                                               kf1[2 * i + 1], qa[8 * part + 2 * i],
                                               qa[8 * part + 2 * i + 1], *ch[part]))
-            s_acc = [_mad_s32(ch[0][k], 256, ch[1][k]) for k in range(4)]
-            if not raw:
-                s_acc = [_i2f(x) for x in s_acc]
+            s_acc = [_i2f(_mad_s32(ch[0][k], 256, ch[1][k])) for k in range(4)]
         else:
             chains = [[Float32(0.0)] * 4, [Float32(0.0)] * 4]   # two independent MMA chains
             for s in range(self.ksteps):
