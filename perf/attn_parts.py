@@ -89,16 +89,17 @@ def main(argv=None) -> int:
     return 0
 
 
-def stack(a) -> int:
+def stack(a, dev=None) -> int:
     """bench_e2e.py's own qwen3-8b attention stack (INT2 on HND pages, or with ``--bf16``
     the BF16 FlashInfer one) at each batch size: whole-stack and per-part timings, then the
-    sustained-load replay of layer 0's decode when ``--sustain`` is given."""
+    sustained-load replay of layer 0's decode when ``--sustain`` is given. ``dev``: the
+    GPU (tests pass a CPU device with the timers stubbed)."""
     import torch
 
     from perf import bench_e2e as e2e
     from perf.harness import env_header, time_cuda
 
-    dev = torch.device("cuda")
+    dev = dev or torch.device("cuda")
     print(env_header(), flush=True)
     cfg = e2e.PRESETS["qwen3-8b"]
     spec = e2e.int2_spec(cfg, 16, None, "HND")
