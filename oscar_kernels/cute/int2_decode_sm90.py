@@ -1528,7 +1528,9 @@ class Int2PagedDecodeSm90:
         return [_mad_s32(c[0], 256, c[1]), _mad_s32(c[2], 256, c[3])]
 
     def _params_hl(self, sbase, pos0, sink, int2_end, g, masked: bool):
-        """Scale/zero of K and V of tokens 2g, 2g+1 (one 64-bit load each)."""
+        """Scale/zero of K and V of tokens 2g, 2g+1 (one 64-bit load each). Full chunks:
+        ``sv`` is one fp16 pair ``(s_v(2g), s_v(2g+1))`` for ``mul.f16x2``; masked chunks:
+        two float32 scales zeroed outside ``[sink, int2_end)`` and the 0/1 validities."""
         rb = self.row_bytes
         kw = _lds_v2(sbase + 2 * CHUNK * rb + 2 * g * 4)
         vw = _lds_v2(sbase + 2 * CHUNK * rb + CHUNK * 4 + 2 * g * 4)
@@ -1542,13 +1544,12 @@ class Int2PagedDecodeSm90:
                 zv.append(_f16hi_to_f32(vw[n]))
                 continue
             a2, z2 = _f16x2_to_f32(vw[n])
-            if masked:
-                pos = pos0 + 2 * g + n
-                ok = (Int32(cutlass.select_(pos >= sink, 1, 0))
-                      & Int32(cutlass.select_(pos < int2_end, 1, 0)))
-                valid.append(ok)
-                sv.append(_sel_f32(ok, a2, Float32(0.0)))
-                zv.append(_sel_f32(ok, z2, Float32(0.0)))
+            pos = pos0 + 2 * g + n
+            ok = (Int32(cutlass.select_(pos >= sink, 1, 0))
+                  & Int32(cutlass.select_(pos < int2_end, 1, 0)))
+            valid.append(ok)
+            sv.append(_sel_f32(ok, a2, Float32(0.0)))
+            zv.append(_sel_f32(ok, z2, Float32(0.0)))
         if not masked:
             sv = [_prmt(vw[0], vw[1], 0x5410)]
         return sk, zk, sv, zv, (valid if masked else None)
