@@ -164,7 +164,11 @@ perf/results/2026-11-29_h200_session7_ab_*) -> 150.5 (hi / lo query columns and 
 warp-uniform hint, above; ``decode`` 186.5, head_dim 64 114.5 / 141.5) -> 147.5 (3f8f063:
 hl scores as ``qh2 (s raw + z sum(q') / qh2)`` with ``qh2`` applied inside the exp2 and
 once for the lane max, l / correction as FMA chains, full chunks multiply the P pair by
-the fp16 ``(s_v, s_v')`` pair in one ``mul.f16x2``; 0.5-1 % at batch 8 / 32). qwen3-8b batch
+the fp16 ``(s_v, s_v')`` pair in one ``mul.f16x2``; 0.5-1 % at batch 8 / 32; session 8 gave
+``decode`` the same three changes: 186.5 -> 180.5 at head_dim 128, 141.5 -> 137 at 64,
+llama3-70b-tp8 batch 128 at 64K / 128K 1.1 / 1.3 % faster,
+perf/results/2026-11-29_h200_s8_ab_exp2_llama.txt; the head_dim-64 pair kernel keeps its
+scaling: there the change measured ~1 % slower, ..._s8_ab_exp2_smollm2.txt). qwen3-8b batch
 128 at 128K on HND pages: 4.40 ms (b12a836) ->
 3.94 ms (52e59d6) -> 3.19 ms (75c1fc7) -> 2.97 ms (584d9d9, 74 % of the read ceiling, 5.06x
 FlashInfer BF16) -> 2.66 ms (5c97ebd, 83 %, 5.64x) -> 2.62 ms (30e4949, 84 %, 5.71x) ->
@@ -249,11 +253,11 @@ stack (4 STL / 3 LDL outside the INT2 main loop, which has none; 72 B before 30e
 HMMA.16816.F32 (32 PV, 16 query rotation, 16 output rotation) + 16 HMMA.16816.F32.BF16
 (window) + 4 LDSM.16.MT88.4 (V) + 5 LDSM.16.MT88.2 (P) + 30 LDGSTS + 1 ATOMG in the SASS
 (no UTMALDG); decode_pair D=128 128 registers, same smem, 16
-IMMA + 64 HMMA + 16 HMMA.BF16 + 7 LDSM + 24 LDGSTS (16 B stack, 4 STL / 7 LDL, two of
-them in the main loop off its fast path); decode D=128 since session 7 24 B stack, one
-LDL per two chunks on the fast path; decode and decode_pair D=64 128 registers, no stack;
-merge 56 registers (``perf/sass_report.py`` prints these,
-perf/results/2026-11-29_sass_report_session7_hl.txt).
+IMMA + 64 HMMA + 16 HMMA.BF16 + 7 LDSM + 24 LDGSTS (24 B stack since the hl layout, 7 STL /
+12 LDL, two of them in the main loop off its fast path); decode D=128 40 B stack since
+session 8 (9 STL / 15 LDL), one LDL per two chunks on the fast path; decode and
+decode_pair D=64 128 registers, no stack; merge 56 registers (``perf/sass_report.py``
+prints these, perf/results/2026-11-29_sass_report_s8_decode_exp2.txt).
 
 Debug builds: ``OSCAR_CUTE_DEBUG`` (read at import, so set it for ``aot build``) compiles in
 phase skips (timing only) or the %globaltimer trace; unset, the kernels are byte-identical
@@ -823,10 +827,18 @@ class Int2PagedDecodeSm90:
             qh[2] = _fmax(_shfl_idx(qscale, 8 * quad) * scale_log2, Float32(FLT_MIN))
             qh[1] = qh[0] * _rcp(qh[2])
             qh[3] = qh[2]   # unused; left unset, ptxas allocates the loop differently
-        else:
+        elif cutlass.const_expr(self.pair):   # head_dim-64 pair kernel
             for j in cutlass.range_constexpr(2):
                 qh[j] = _shfl_idx(qsum, (2 * quad + j) * 4) * scale_log2
                 qh[2 + j] = _shfl_idx(qscale, (2 * quad + j) * 4) * scale_log2
+        else:
+            # decode: INT2 score of head 2q + j is qh[2 + j] (s raw + z qh[j]) with qh[j] =
+            # sum(q') / the score scale (qh[2 + j] >= FLT_MIN keeps it finite); qh[2 + j] is
+            # applied once inside the exp2 and once for the lane max (as the hl kernel)
+            for j in cutlass.range_constexpr(2):
+                qh[2 + j] = _fmax(_shfl_idx(qscale, (2 * quad + j) * 4) * scale_log2,
+                                  Float32(FLT_MIN))
+                qh[j] = _shfl_idx(qsum, (2 * quad + j) * 4) * scale_log2 * _rcp(qh[2 + j])
         # this warp's two P tiles ([token][head] 16-bit, one per chunk of an iteration): this
         # lane stores its (token g + 8 n, heads 2q, 2q+1) pairs at p_st + 128 n and reads the
         # P^T fragment with ldmatrix.trans from row (lane % 16) at p_ld
@@ -1423,11 +1435,13 @@ class Int2PagedDecodeSm90:
 
     def _load_params(self, sbase, pos0, sink, int2_end, g, masked: bool):
         """Scale/zero of K and V of this lane's tokens g, g + 8 (V's zeroed, and a 0/1
-        validity per token returned, when ``masked``)."""
+        validity per token returned, when ``masked``). ``decode``'s full chunks: ``sv[n]``
+        is the V scale as a broadcast fp16 pair (for the P pair's ``mul.f16x2``)."""
         rb = self.row_bytes
+        f16_sv = not masked and not self.pair
         sk = cute.make_rmem_tensor((2,), Float32)
         zk = cute.make_rmem_tensor((2,), Float32)
-        sv = cute.make_rmem_tensor((2,), Float32)
+        sv = cute.make_rmem_tensor((2,), Int32 if f16_sv else Float32)
         zv = cute.make_rmem_tensor((2,), Float32)
         valid = cute.make_rmem_tensor((2,), Int32) if masked else None
         for n in range(2):
@@ -1435,7 +1449,12 @@ class Int2PagedDecodeSm90:
             a, zz = _f16x2_to_f32(_lds_b32(sbase + 2 * CHUNK * rb + t * 4))
             sk[n] = a
             zk[n] = zz
-            a2, z2 = _f16x2_to_f32(_lds_b32(sbase + 2 * CHUNK * rb + CHUNK * 4 + t * 4))
+            vw = _lds_b32(sbase + 2 * CHUNK * rb + CHUNK * 4 + t * 4)
+            if f16_sv:
+                sv[n] = Int32(_prmt(vw, vw, 0x1010))
+                zv[n] = _f16hi_to_f32(vw)
+                continue
+            a2, z2 = _f16x2_to_f32(vw)
             if masked:
                 pos = pos0 + t
                 ok = (Int32(cutlass.select_(pos >= sink, 1, 0))
@@ -1746,13 +1765,18 @@ class Int2PagedDecodeSm90:
                     p_ld, is_int2: bool, g_pair):
         """Online softmax of the scores ``s_acc`` and O^T += V^T P^T. ``g_pair`` (this lane's
         head column g) set: a chunk pair (``va`` = (V of A, V of B)), see _int2_pair."""
+        # decode's INT2 chunks (e2): scores / qh[2 + j], qh[2 + j] applied inside the exp2
+        # and to the lane max; the pair kernel (head_dim 64) scales every score
+        e2 = is_int2 and not self.pair
         sc = []
-        sk2 = ([[sk[n] * qh[2 + j] for j in range(2)] for n in range(2)] if is_int2
-               else None)
+        sk2 = ([[sk[n] * qh[2 + j] for j in range(2)] for n in range(2)]
+               if is_int2 and not e2 else None)
         for n in range(2):
             for j in range(2):
                 raw = s_acc[2 * n + j]
-                if is_int2:
+                if e2:
+                    x = sk[n] * raw + zk[n] * qh[j]
+                elif is_int2:
                     x = sk2[n][j] * raw + zk[n] * qh[j]
                 else:
                     x = raw * scale_log2
@@ -1760,13 +1784,26 @@ class Int2PagedDecodeSm90:
         pt = []      # p~ (fp32) per (j, n)
         packed = []  # per n: bf16x2 (head 2q, head 2q+1)
         loc = [_fmax(sc[0], sc[2]), _fmax(sc[1], sc[3])]     # this lane's max per head
+        if e2:
+            loc = [loc[0] * qh[2], loc[1] * qh[3]]
         grew = (Int32(cutlass.select_(loc[0] > st[0], 1, 0))
                 | Int32(cutlass.select_(loc[1] > st[1], 1, 0)))
         self._max_and_rescale(st, loc[0], loc[1], acc, cute.arch.vote_any_sync(grew != 0))
         for j in range(2):
+            if e2:
+                p0 = _ex2(sc[j] * qh[2 + j] - st[j])
+                p1 = _ex2(sc[2 + j] * qh[2 + j] - st[j])
+                st[2 + j] = (st[2 + j] + p0) + p1
+                st[4 + j] = (st[4 + j] + p0 * zv[0]) + p1 * zv[1]
+                # full chunks: times s_v in fp16 below
+                pt.append([p0, p1] if valid is None else [p0 * sv[0], p1 * sv[1]])
+                continue
             p0 = _ex2(sc[j] - st[j])
             p1 = _ex2(sc[2 + j] - st[j])
-            st[2 + j] = st[2 + j] + (p0 + p1)
+            if self.pair:
+                st[2 + j] = st[2 + j] + (p0 + p1)
+            else:
+                st[2 + j] = (st[2 + j] + p0) + p1
             if is_int2:
                 st[4 + j] = st[4 + j] + (p0 * zv[0] + p1 * zv[1])
                 pt.append([p0 * sv[0], p1 * sv[1]])
@@ -1774,7 +1811,10 @@ class Int2PagedDecodeSm90:
                 # window P on the INT2 operands' 2^-24 scale (bf16 has the exponent range)
                 pt.append([p0 * Float32(SUBNORMAL), p1 * Float32(SUBNORMAL)])
         for n in range(2):
-            packed.append((_pack_f16x2 if is_int2 else _pack_bf16x2)(pt[0][n], pt[1][n]))
+            if e2 and valid is None:   # full chunk: fp16 P pair x (s_v, s_v) pair
+                packed.append(_mul_f16x2(_pack_f16x2(pt[0][n], pt[1][n]), sv[n]))
+            else:
+                packed.append((_pack_f16x2 if is_int2 else _pack_bf16x2)(pt[0][n], pt[1][n]))
         # P^T B fragment of lane (g, q): tokens 2q, 2q+1 (+8) of head g
         # through this warp's P tile: [token][head] stores, ldmatrix.trans -> (tokens 2q,
         # 2q + 1 (+ 8), head g); the tile of a chunk is rewritten two chunks later (window
