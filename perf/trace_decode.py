@@ -2,7 +2,8 @@
 
 Where a batch-1 or batch-8 call spends its time is not visible in a kernel's total: this
 reads, per CTA, when it started, finished the query rotation (with the geometry, page-id
-and ring-prologue loads before it), the INT2 chunk loop, the BF16 window chunks, the
+and ring-prologue loads before it), the INT2 chunk loop (with the warp's first BF16 window
+chunk before it, since session 8), the other BF16 window chunks, the
 combine + partial stores, the ticket, and (last CTA of a sequence / KV head) the split
 merge. Build a bundle with the trace stores first (they are compiled out otherwise):
 

@@ -28,7 +28,9 @@ per head_dim):
      tensor on the host (``oscar_kernels.cute.mma_operand``, cached).
   2. Warp ``w`` of split ``s`` owns a contiguous range of 16-token INT2 chunks (one page
      lookup per chunk: ``page_size % 16 == 0``; a 32-entry block of page ids lives in
-     registers, one per lane) plus every ``4 * num_splits``-th BF16 window chunk.
+     registers, one per lane) plus every ``4 * num_splits``-th BF16 window chunk: the
+     first of those (chunk ``wsplit``) runs before the INT2 loop, right after the ring
+     prologue is issued; the rest after the loop.
   3. The 4 warps are combined through shared memory; each CTA writes one normalized
      partial and its base-2 log-sum-exp.
   4. When ``num_splits * group <= FUSED_TAIL_ROWS`` (128): an atomic ticket per
@@ -168,7 +170,15 @@ the fp16 ``(s_v, s_v')`` pair in one ``mul.f16x2``; 0.5-1 % at batch 8 / 32; ses
 ``decode`` the same three changes: 186.5 -> 180.5 at head_dim 128, 141.5 -> 137 at 64,
 llama3-70b-tp8 batch 128 at 64K / 128K 1.1 / 1.3 % faster,
 perf/results/2026-11-29_h200_s8_ab_exp2_llama.txt; the head_dim-64 pair kernel keeps its
-scaling: there the change measured ~1 % slower, ..._s8_ab_exp2_smollm2.txt). qwen3-8b batch
+scaling: there the change measured ~1 % slower, ..._s8_ab_exp2_smollm2.txt) -> 150 (session 8: a
+warp's first BF16 window chunk before the INT2 loop instead of after it; no source change
+in the loop, but ptxas allocates it without the two spills it had off the fast path and
+with 2.5 more SASS on it; ``decode`` 181.5; qwen3-8b batch 128 at 64K / 128K 1.5 % faster,
+batch 8-32 at 128K 0.6-0.8 %, batch 1-32 at 32K-64K within +-1 %, llama3-70b-tp8 unchanged;
+perf/results/2026-11-29_h200_s8_ab_window_first_*.txt, variant ``v0``. Moving all window
+chunks before the loop (``vall``) was slower at batch 8-128, up to 3 % at batch 32 / 32K, and
+1 us faster for llama3-70b-tp8 batch 1-8; a separate bf16 query fragment for that chunk
+(``p2``) 0.5-2 % slower everywhere). qwen3-8b batch
 128 at 128K on HND pages: 4.40 ms (b12a836) ->
 3.94 ms (52e59d6) -> 3.19 ms (75c1fc7) -> 2.97 ms (584d9d9, 74 % of the read ceiling, 5.06x
 FlashInfer BF16) -> 2.66 ms (5c97ebd, 83 %, 5.64x) -> 2.62 ms (30e4949, 84 %, 5.71x) ->
@@ -796,49 +806,6 @@ class Int2PagedDecodeSm90:
             cute.arch.sync_threads()
         _trace(counter_ptr, cta, 1, tidx)
 
-        # ---- query fragment (B operand of S^T): head g (rows >= group read head group-1 and
-        # are zeroed), permuted channels, / m_i; fp16 for the INT2 chunks
-        # pair kernel (GQA ratio <= 4): the heads in columns 0-3 and again in 4-7
-        gcol = g & 3 if cutlass.const_expr(self.pair) else g
-        if cutlass.const_expr(self.hl):   # columns 2 h, 2 h + 1: head h (hi / lo parts)
-            gcol = g // 2
-        gq = cutlass.min(gcol, group - 1)
-        qkeep = Float32(cutlass.select_(gcol < group, 1.0, 0.0))
-        qa = cute.make_rmem_tensor((2 * self.ksteps,), Int32)
-        # per-thread constants of its two score columns, heads 2 quad + {0, 1}:
-        # qh[j] = scale_log2 * sum(q'), qh[2 + j] = the INT2 score scale (scale_log2 * 2^24
-        # for subnormal fp16 codes; scale_log2 * a / (64 * 256) for the int8 QK)
-        qh = cute.make_rmem_tensor((4,), Float32)
-        if cutlass.const_expr(self.s8):
-            qsum, qscale = self._query_frags_s8(s_q, gq, qkeep, quad, qa,
-                                                Int32(g & 1) if cutlass.const_expr(self.hl)
-                                                else None)
-        else:
-            qsum = self._query_frags(s_q, gq, qkeep, quad, qa, True)
-            qscale = Float32(1.0 / SUBNORMAL)
-        qsum = qsum + _shfl_bfly(qsum, 1)
-        qsum = qsum + _shfl_bfly(qsum, 2)
-        if cutlass.const_expr(self.hl):
-            # one head per lane, head quad (column 2 quad): the INT2 score is
-            # qh[2] * (s * raw + z * qh[1]) with qh[1] = sum(q') / the int8 score scale, so
-            # qh[2] multiplies once inside the exp2 (and once for the lane's max); qh[2] >=
-            # FLT_MIN keeps qh[1] finite for an all-zero (or padding) head
-            qh[0] = _shfl_idx(qsum, 8 * quad) * scale_log2
-            qh[2] = _fmax(_shfl_idx(qscale, 8 * quad) * scale_log2, Float32(FLT_MIN))
-            qh[1] = qh[0] * _rcp(qh[2])
-            qh[3] = qh[2]   # unused; left unset, ptxas allocates the loop differently
-        elif cutlass.const_expr(self.pair):   # head_dim-64 pair kernel
-            for j in cutlass.range_constexpr(2):
-                qh[j] = _shfl_idx(qsum, (2 * quad + j) * 4) * scale_log2
-                qh[2 + j] = _shfl_idx(qscale, (2 * quad + j) * 4) * scale_log2
-        else:
-            # decode: INT2 score of head 2q + j is qh[2 + j] (s raw + z qh[j]) with qh[j] =
-            # sum(q') / the score scale (qh[2 + j] >= FLT_MIN keeps it finite); qh[2 + j] is
-            # applied once inside the exp2 and once for the lane max (as the hl kernel)
-            for j in cutlass.range_constexpr(2):
-                qh[2 + j] = _fmax(_shfl_idx(qscale, (2 * quad + j) * 4) * scale_log2,
-                                  Float32(FLT_MIN))
-                qh[j] = _shfl_idx(qsum, (2 * quad + j) * 4) * scale_log2 * _rcp(qh[2 + j])
         # this warp's two P tiles ([token][head] 16-bit, one per chunk of an iteration): this
         # lane stores its (token g + 8 n, heads 2q, 2q+1) pairs at p_st + 128 n and reads the
         # P^T fragment with ldmatrix.trans from row (lane % 16) at p_ld
@@ -883,6 +850,60 @@ class Int2PagedDecodeSm90:
             st[2 + j] = Float32(0.0)
             st[4 + j] = Float32(0.0)
 
+        # ---- query fragment (B operand of S^T): head g (rows >= group read head group-1 and
+        # are zeroed), permuted channels, / m_i; fp16 for the INT2 chunks
+        # pair kernel (GQA ratio <= 4): the heads in columns 0-3 and again in 4-7
+        gcol = g & 3 if cutlass.const_expr(self.pair) else g
+        if cutlass.const_expr(self.hl):   # columns 2 h, 2 h + 1: head h (hi / lo parts)
+            gcol = g // 2
+        gq = cutlass.min(gcol, group - 1)
+        qkeep = Float32(cutlass.select_(gcol < group, 1.0, 0.0))
+        qa = cute.make_rmem_tensor((2 * self.ksteps,), Int32)
+        # per-thread constants of its two score columns, heads 2 quad + {0, 1}:
+        # qh[j] = scale_log2 * sum(q'), qh[2 + j] = the INT2 score scale (scale_log2 * 2^24
+        # for subnormal fp16 codes; scale_log2 * a / (64 * 256) for the int8 QK)
+        qh = cute.make_rmem_tensor((4,), Float32)
+        # ---- BF16 window chunk number wsplit (the first of this warp's, if any) before the
+        # INT2 loop: its loads overlap the ring prologue's round trip instead of adding one
+        # after the loop (bf16 query fragments; the INT2 ones are made next)
+        if cutlass.const_expr("win" in _DEBUG):
+            n_win = Int32(0)
+        if wsplit < n_win:
+            self._query_frags(s_q, gq, qkeep, quad, qa, False)
+            self._window_chunk(wsplit, kw_ptr, vw_ptr, wslot, win_rows, num_kv_heads, h, sink,
+                               recent, nsink, rstart, nwin, qa, qh, acc, st, scale_log2, quad,
+                               g, p_st, p_ld)
+
+        if cutlass.const_expr(self.s8):
+            qsum, qscale = self._query_frags_s8(s_q, gq, qkeep, quad, qa,
+                                                Int32(g & 1) if cutlass.const_expr(self.hl)
+                                                else None)
+        else:
+            qsum = self._query_frags(s_q, gq, qkeep, quad, qa, True)
+            qscale = Float32(1.0 / SUBNORMAL)
+        qsum = qsum + _shfl_bfly(qsum, 1)
+        qsum = qsum + _shfl_bfly(qsum, 2)
+        if cutlass.const_expr(self.hl):
+            # one head per lane, head quad (column 2 quad): the INT2 score is
+            # qh[2] * (s * raw + z * qh[1]) with qh[1] = sum(q') / the int8 score scale, so
+            # qh[2] multiplies once inside the exp2 (and once for the lane's max); qh[2] >=
+            # FLT_MIN keeps qh[1] finite for an all-zero (or padding) head
+            qh[0] = _shfl_idx(qsum, 8 * quad) * scale_log2
+            qh[2] = _fmax(_shfl_idx(qscale, 8 * quad) * scale_log2, Float32(FLT_MIN))
+            qh[1] = qh[0] * _rcp(qh[2])
+            qh[3] = qh[2]   # unused; left unset, ptxas allocates the loop differently
+        elif cutlass.const_expr(self.pair):   # head_dim-64 pair kernel
+            for j in cutlass.range_constexpr(2):
+                qh[j] = _shfl_idx(qsum, (2 * quad + j) * 4) * scale_log2
+                qh[2 + j] = _shfl_idx(qscale, (2 * quad + j) * 4) * scale_log2
+        else:
+            # decode: INT2 score of head 2q + j is qh[2 + j] (s raw + z qh[j]) with qh[j] =
+            # sum(q') / the score scale (qh[2 + j] >= FLT_MIN keeps it finite); qh[2 + j] is
+            # applied once inside the exp2 and once for the lane max (as the hl kernel)
+            for j in cutlass.range_constexpr(2):
+                qh[2 + j] = _fmax(_shfl_idx(qscale, (2 * quad + j) * 4) * scale_log2,
+                                  Float32(FLT_MIN))
+                qh[j] = _shfl_idx(qsum, (2 * quad + j) * 4) * scale_log2 * _rcp(qh[2 + j])
         # ---------------------------------------------- INT2 chunks (cp.async ring)
         # Two chunks per iteration (one issue/commit/wait and one set of ring bookkeeping per
         # 32 tokens). Positions at or past end_w (this warp's range end) are masked, so the
@@ -936,35 +957,14 @@ class Int2PagedDecodeSm90:
         _trace(counter_ptr, cta, 2, tidx)
 
         # ---------------------------------------------- BF16 window chunks
-        # (bf16 MMAs: window values times m_i may exceed the fp16 range; q fragments again,
-        # as bf16)
-        if cutlass.const_expr("win" in _DEBUG):
-            n_win = Int32(0)
-        if wsplit < n_win:
+        # (the rest of this warp's: every nsw-th after the one before the loop; bf16 MMAs:
+        # window values times m_i may exceed the fp16 range; q fragments again, as bf16)
+        if wsplit + nsw < n_win:
             self._query_frags(s_q, gq, qkeep, quad, qa, False)
-        for c in cutlass.range(wsplit, n_win, nsw):
-            kf0 = cute.make_rmem_tensor((2 * self.ksteps,), Int32)
-            kf1 = cute.make_rmem_tensor((2 * self.ksteps,), Int32)
-            for n in cutlass.range_constexpr(2):
-                v = c * CHUNK + self._tok(g, n)
-                self._load_window_k(kw_ptr, wslot, win_rows, num_kv_heads, h, sink, recent,
-                                    nsink, rstart, nwin, v, quad, kf0 if n == 0 else kf1)
-            va = cute.make_rmem_tensor((2 * self.mtiles * 2,), Int32)
-            self._load_window_v(vw_ptr, wslot, win_rows, num_kv_heads, h, sink, recent, nsink,
-                                rstart, nwin, c * CHUNK, quad, g, va)
-            valid = cute.make_rmem_tensor((2,), Int32)
-            for n in cutlass.range_constexpr(2):
-                valid[n] = Int32(cutlass.select_(c * CHUNK + self._tok(g, n) < nwin, 1, 0))
-                if cutlass.const_expr(self.pair and not self.hl):
-                    # columns 4-7 repeat the heads: use 0-3
-                    valid[n] = valid[n] & Int32(cutlass.select_(quad < 2, 1, 0))
-            if cutlass.const_expr(self.hl):
-                s_w = self._qk(qa, kf0, kf1, False)
-                xs = [s_w[0] * scale_log2, s_w[2] * scale_log2]   # tokens 2g, 2g+1, head q
-                self._softmax_pv_hl(xs, valid, None, None, va, acc, st, p_st, p_ld, quad)
-            else:
-                self._chunk(qa, qh, kf0, kf1, va, None, None, None, None, valid, acc, st,
-                            scale_log2, quad, p_st, p_ld, False)
+        for c in cutlass.range(wsplit + nsw, n_win, nsw):
+            self._window_chunk(c, kw_ptr, vw_ptr, wslot, win_rows, num_kv_heads, h, sink,
+                               recent, nsink, rstart, nwin, qa, qh, acc, st, scale_log2, quad,
+                               g, p_st, p_ld)
 
         # ---- finalize this warp's split: reduce l, correction, sum p~ over the 8 token lanes,
         # stage (lse2, normalized o) per warp in shared memory (the ring is free now)
@@ -1042,6 +1042,34 @@ class Int2PagedDecodeSm90:
         _trace(counter_ptr, cta, 6, tidx)
 
     # ------------------------------------------------------------- helpers
+    def _window_chunk(self, c, kw_ptr, vw_ptr, wslot, win_rows, num_kv_heads, h, sink,
+                      recent, nsink, rstart, nwin, qa, qh, acc, st, scale_log2, quad, g, p_st,
+                      p_ld):
+        """BF16 window chunk ``c`` (positions ``16 c ..`` of the sink + recent window, plain
+        loads) with the bf16 query fragments ``qa``."""
+        kf0 = cute.make_rmem_tensor((2 * self.ksteps,), Int32)
+        kf1 = cute.make_rmem_tensor((2 * self.ksteps,), Int32)
+        for n in range(2):
+            v = c * CHUNK + self._tok(g, n)
+            self._load_window_k(kw_ptr, wslot, win_rows, num_kv_heads, h, sink, recent,
+                                nsink, rstart, nwin, v, quad, kf0 if n == 0 else kf1)
+        va = cute.make_rmem_tensor((2 * self.mtiles * 2,), Int32)
+        self._load_window_v(vw_ptr, wslot, win_rows, num_kv_heads, h, sink, recent, nsink,
+                            rstart, nwin, c * CHUNK, quad, g, va)
+        valid = cute.make_rmem_tensor((2,), Int32)
+        for n in range(2):
+            valid[n] = Int32(cutlass.select_(c * CHUNK + self._tok(g, n) < nwin, 1, 0))
+            if self.pair and not self.hl:
+                # columns 4-7 repeat the heads: use 0-3
+                valid[n] = valid[n] & Int32(cutlass.select_(quad < 2, 1, 0))
+        if self.hl:
+            s_w = self._qk(qa, kf0, kf1, False)
+            xs = [s_w[0] * scale_log2, s_w[2] * scale_log2]   # tokens 2g, 2g+1, head q
+            self._softmax_pv_hl(xs, valid, None, None, va, acc, st, p_st, p_ld, quad)
+        else:
+            self._chunk(qa, qh, kf0, kf1, va, None, None, None, None, valid, acc, st,
+                        scale_log2, quad, p_st, p_ld, False)
+
     def _query_frags(self, s_q, gq, qkeep, quad, qa, f16: bool):
         """B fragments of head ``gq``'s q' (from shared memory) divided by ``m_i``, as fp16
         (``f16``: INT2 chunks) or bf16 (window chunks); returns this lane's partial sum of
