@@ -35,10 +35,12 @@ per head_dim):
      partial and its base-2 log-sum-exp.
   4. When ``num_splits * group <= FUSED_TAIL_ROWS`` (128): an atomic ticket per
      (sequence, KV head) (``fence.acq_rel.gpu`` + ``atom.add``); the CTA that draws the
-     last one merges the partials (read with ``ld.global.cg``), applies ``R_V[h]^T`` on
-     the tensor cores (its operand prefetched into L2 at the tail's start), stores ``o``
-     in q's dtype through the output strides (straight into ``out``) and
-     the natural-log lse, and resets the ticket to 0 (so CUDA-graph replays start clean).
+     last one merges the partials, applies ``R_V[h]^T`` on the tensor cores, stores ``o``
+     in q's dtype through the output strides (straight into ``out``) and the natural-log
+     lse, and resets the ticket to 0 (so CUDA-graph replays start clean). One memory round
+     trip for up to 32 partial rows: the rows by ``cp.async.cg`` into the free ring, the
+     lse partials and ``R_V``'s fragments (prefetched into L2 by split 0) in flight with
+     them (session 8; before: lse, o rows and ``R_V`` in three dependent round trips).
 * :class:`Int2DecodeMergeSm90` for more partials than that (batch 1-16 with few KV
   heads): merge + ``R_V^T`` + store, one CTA per (sequence, query head). One CTA cannot
   pull 128 splits x 8 heads x 512 B of partials fast enough (measured llama3-70b-tp8
@@ -178,7 +180,12 @@ batch 8-32 at 128K 0.6-0.8 %, batch 1-32 at 32K-64K within +-1 %, llama3-70b-tp8
 perf/results/2026-11-29_h200_s8_ab_window_first_*.txt, variant ``v0``. Moving all window
 chunks before the loop (``vall``) was slower at batch 8-128, up to 3 % at batch 32 / 32K, and
 1 us faster for llama3-70b-tp8 batch 1-8; a separate bf16 query fragment for that chunk
-(``p2``) 0.5-2 % slower everywhere). qwen3-8b batch
+(``p2``) 0.5-2 % slower everywhere) -> 149.5 (session 8: the merge tail in one round trip,
+below; the tail's o-row registers were what pushed the loop into spills: no decode kernel
+has a stack since; ``decode`` 180.5; qwen3-8b batch 8 at 32K / 64K / 128K 4 / 2.6 / 1.7 %
+faster, batch 32 at 32K 2 %, batch 128 1-2 %, llama3-70b-tp8 batch 32 3.5-5 %, batch 128
+1.3-1.8 %; batch 1-2 (the merge kernel, or several rounds of 32 rows) unchanged;
+perf/results/2026-11-29_h200_s8_ab_tail1_*.txt). qwen3-8b batch
 128 at 128K on HND pages: 4.40 ms (b12a836) ->
 3.94 ms (52e59d6) -> 3.19 ms (75c1fc7) -> 2.97 ms (584d9d9, 74 % of the read ceiling, 5.06x
 FlashInfer BF16) -> 2.66 ms (5c97ebd, 83 %, 5.64x) -> 2.62 ms (30e4949, 84 %, 5.71x) ->
@@ -267,7 +274,10 @@ IMMA + 64 HMMA + 16 HMMA.BF16 + 7 LDSM + 24 LDGSTS (24 B stack since the hl layo
 12 LDL, two of them in the main loop off its fast path); decode D=128 40 B stack since
 session 8 (9 STL / 15 LDL), one LDL per two chunks on the fast path; decode and
 decode_pair D=64 128 registers, no stack; merge 56 registers (``perf/sass_report.py``
-prints these, perf/results/2026-11-29_sass_report_s8_decode_exp2.txt).
+prints these, perf/results/2026-11-29_sass_report_s8_decode_exp2.txt). Since the
+one-round-trip merge tail (session 8) no decode kernel has a stack or spills: decode_pair
+D=128 149.5 SASS per chunk, decode D=128 180.5, D=64 113.5 / 135
+(perf/results/2026-11-29_sass_report_s8_tail1.txt).
 
 Debug builds: ``OSCAR_CUTE_DEBUG`` (read at import, so set it for ``aot build``) compiles in
 phase skips (timing only) or the %globaltimer trace; unset, the kernels are byte-identical
@@ -306,6 +316,8 @@ MIN_CTAS_PER_SM = CTAS_PER_SM
 #: is split into two int8 parts, ``q' ~ a (hi + lo / 256)``, and the s32 scores of both chains
 #: are combined as ``hi * 256 + lo`` (~16-bit query, exact integer dot products).
 QK_S8_HEAD_DIM = 128
+#: o partial rows the fused merge tail stages in shared memory per round trip.
+TAIL_ROWS = 32
 #: Thread groups of the merge kernel (each sums every MERGE_PARTS-th split).
 MERGE_PARTS = 4
 #: Bytes of one warp's P tile in shared memory (16 tokens x 8 heads, 16-bit): the S^T
@@ -641,8 +653,9 @@ class Int2PagedDecodeSm90:
         # ring + q rows (float32) + q' (bf16)
         self.smem_bytes = self.ring_bytes + MAX_GROUP * d * (4 + 2) + NUM_WARPS * 2 * P_TILE
         assert NUM_WARPS * self.combine_bytes <= self.ring_bytes
-        merge_bytes = (FUSED_TAIL_ROWS + (NUM_WARPS + 1) * MAX_GROUP * d) * 4
+        merge_bytes = (FUSED_TAIL_ROWS + MAX_GROUP * d + TAIL_ROWS * d) * 4
         assert merge_bytes <= self.ring_bytes
+        assert FUSED_TAIL_ROWS == 32 * NUM_WARPS   # one lse partial per thread in the tail
 
     # ---------------------------------------------------------- channel maps
     def qk_channel(self, s: int, half: int, j: int, quad):
@@ -1270,35 +1283,29 @@ class Int2PagedDecodeSm90:
         """Run by the last CTA of (sequence ``b``, KV head ``h``) when ``num_splits * group
         <= FUSED_TAIL_ROWS``: merge the partials of the group's heads
         (``w_s = 2^(lse2_s - max)``), apply ``R_V[h]^T`` on the tensor cores, store ``o`` in
-        the output dtype and the natural-log lse. Partials are read with ``ld.global.cg``
-        (written by other CTAs of this launch). Three memory round trips: the lse partials,
-        the o partials, ``R_V`` (prefetched into L2 at the start; hoisting the first o loads
-        above the weights made ptxas schedule the main loop 3 % longer). ``rv_ptr`` is the
-        host-prepared fp16 operand
-        (``oscar_kernels.cute.mma_operand``: ``R_V[h]`` itself as the A operand,
-        ``o^T = R_V o'^T``). Shared memory (the free ring): flat weights ``[rows]`` with
-        row ``e = g * num_splits + s``, per-warp sums ``[NUM_WARPS, MAX_GROUP, d]``, the
-        merged ``o'`` ``[MAX_GROUP, d]``."""
+        the output dtype and the natural-log lse. One memory round trip for up to
+        ``TAIL_ROWS`` partial rows (batch >= 8 for Qwen3-8B, Llama-3-70B TP8 at batch 128):
+        the o partial rows go to shared memory by ``cp.async.cg`` (no registers), the lse
+        partials (``ld.global.cg``, one per thread) and ``R_V[h]``'s A fragments
+        (host-prepared fp16 operand, ``oscar_kernels.cute.mma_operand``: ``o^T = R_V
+        o'^T``; prefetched into L2 at the kernel's start) are in flight with them; more
+        rows take one more round trip per ``TAIL_ROWS``. Shared memory (the free ring):
+        lse2 / weights ``[rows]`` (row ``e = g * num_splits + s``), the merged ``o'``
+        ``[MAX_GROUP, d]``, a block of partial rows ``[TAIL_ROWS, d]``."""
         d = self.d
-        cpl = d // 32                                   # channels per lane in the row sums
         nrows = group * num_splits
         row0 = Int64(b) * Int64(num_qo_heads) + Int64(h * group)   # (b, first head) row
         s_w = cbase
-        s_o = s_w + FUSED_TAIL_ROWS * 4
-        s_or = s_o + NUM_WARPS * MAX_GROUP * d * 4
-        # R_V[h] into L2 (d * d * 2 bytes) while the partials are merged
-        rvh = rv_ptr + Int64(h) * Int64(rv_stride) * 4
-        for i in cutlass.range_constexpr(d * d * 2 // 128 // (32 * NUM_WARPS)):
-            _prefetch_l2(rvh + Int64(tidx + i * (32 * NUM_WARPS)) * 128)
-        # o partials of rows e = warp (mod NUM_WARPS), 16 in flight per lane (cpl channels
-        # each); the first 64 rows issued before the weights are known
-        obase = opart_ptr + (row0 * Int64(num_splits) * d + Int64(cpl * lane)) * 4
-        for e in cutlass.range(tidx, nrows, 32 * NUM_WARPS):
-            _sts_f32(s_w + e * 4, _ldcg_f32(lsepart_ptr + (row0 * num_splits + Int64(e)) * 4))
-        for gg in cutlass.range(0, group, 1):
-            for j in cutlass.range_constexpr(cpl):
-                _sts_f32(s_o + ((warp * MAX_GROUP + gg) * d + cpl * lane + j) * 4,
-                         Float32(0.0))
+        s_or = s_w + FUSED_TAIL_ROWS * 4
+        s_op = s_or + MAX_GROUP * d * 4
+        obase = opart_ptr + row0 * Int64(num_splits) * (d * 4)
+        self._tail_rows(obase, 0, nrows, s_op, tidx)
+        _cp_commit()
+        l_t = Float32(NEG_INF)
+        if tidx < nrows:
+            l_t = _ldcg_f32(lsepart_ptr + (row0 * num_splits + Int64(tidx)) * 4)
+        af = self._operand_loads(rv_ptr, h, rv_stride, tidx)
+        _sts_f32(s_w + tidx * 4, l_t)     # FUSED_TAIL_ROWS == threads: every row slot
         cute.arch.sync_threads()
         # weights per head (one warp per head; num_splits <= FUSED_TAIL_ROWS): w_s / sum w
         for gg in cutlass.range(warp, group, NUM_WARPS):
@@ -1332,19 +1339,38 @@ class Int2PagedDecodeSm90:
                     _sts_f32(s_w + (gg * num_splits + sidx) * 4, lv[i] * inv)
             if lane == 0:
                 _stg_f32(lse_ptr + (row0 + Int64(gg)) * 4, lse)
+        _cp_wait(0)
         cute.arch.sync_threads()
-        # o'[g, c] += w_e o_part[e, c], sums kept per warp in shared memory, 64 rows a round
-        # (the first round peeled: its loads issue without a loop-carried row offset)
-        self._sum_rows(0, nrows, num_splits, obase, s_w, s_o, warp, lane, cpl)
-        for e0 in cutlass.range(16 * NUM_WARPS, nrows, 16 * NUM_WARPS):
-            self._sum_rows(e0, nrows, num_splits, obase, s_w, s_o, warp, lane, cpl)
-        af = self._operand_loads(rv_ptr, h, rv_stride, tidx)
-        cute.arch.sync_threads()
-        for e in cutlass.range(tidx, group * d, 32 * NUM_WARPS):
-            o = Float32(0.0)
-            for w in cutlass.range_constexpr(NUM_WARPS):
-                o = o + _lds_f32(s_o + (w * MAX_GROUP * d + e) * 4)
-            _sts_f32(s_or + e * 4, o)
+        # o'[g, c] = sum_s w[g, s] o_part[g, s, c]: thread t sums channel t % d of the heads
+        # g = t // d (mod 128 / d), TAIL_ROWS rows a block
+        hstep = 32 * NUM_WARPS // d
+        ch = tidx % d
+        ho = tidx // d
+        accs = cute.make_rmem_tensor((MAX_GROUP // hstep,), Float32)
+        for k in cutlass.range_constexpr(MAX_GROUP // hstep):
+            accs[k] = Float32(0.0)
+        for e0 in cutlass.range(0, nrows, TAIL_ROWS):
+            if e0 > 0:     # more rows than one block (batch 1-4): one round trip each
+                cute.arch.sync_threads()
+                self._tail_rows(obase, e0, nrows, s_op, tidx)
+                _cp_commit()
+                _cp_wait(0)
+                cute.arch.sync_threads()
+            for k in cutlass.range_constexpr(MAX_GROUP // hstep):
+                gg = ho + hstep * k
+                if gg < group:
+                    s_lo = cutlass.max(e0 - gg * num_splits, 0)
+                    s_hi = cutlass.min(e0 + TAIL_ROWS - gg * num_splits, num_splits)
+                    acc = accs[k]
+                    for sidx in cutlass.range(s_lo, s_hi, 1):
+                        e = gg * num_splits + sidx
+                        acc = acc + _lds_f32(s_w + e * 4) * _lds_f32(
+                            s_op + ((e - e0) * d + ch) * 4)
+                    accs[k] = acc
+        for k in cutlass.range_constexpr(MAX_GROUP // hstep):
+            gg = ho + hstep * k
+            if gg < group:
+                _sts_f32(s_or + (gg * d + ch) * 4, accs[k])
         cute.arch.sync_threads()
         # o[g, e] = sum_c R_V[h, e, c] o'[g, c]: warp w owns output channels of its M tiles
         g = lane // 4
@@ -1352,31 +1378,25 @@ class Int2PagedDecodeSm90:
         bf, inv_n = self._rows_b_frags(s_or, group, g, quad)
         for j in cutlass.range_constexpr(d // 64):
             c = self._mma_f16_tile(af, j, bf)
-            ch = (warp * (d // 64) + j) * 16 + g
+            ch_o = (warp * (d // 64) + j) * 16 + g
             for r in cutlass.range_constexpr(4):
                 n = 2 * quad + r % 2
                 if n < group:
                     oel = (Int64(b) * Int64(o_stride_b) + Int64(h * group + n)
-                           * Int64(o_stride_h) + Int64(ch + 8 * (r // 2)))
+                           * Int64(o_stride_h) + Int64(ch_o + 8 * (r // 2)))
                     _store_kind(o_ptr, oel, c[r] * inv_n[r % 2], o_kind)
 
-    @cute.jit
-    def _sum_rows(self, e0, nrows, num_splits, obase, s_w, s_o, warp, lane, cpl):
-        """Rows ``e0 + NUM_WARPS i + warp`` (i < 16) of the o partials, weighted, added to
-        this warp's sums in shared memory (16 loads of ``cpl`` channels in flight per lane)."""
+    def _tail_rows(self, obase, e0, nrows, s_op, tidx):
+        """``cp.async.cg`` of the o partial rows ``e0 .. e0 + TAIL_ROWS`` (rows past
+        ``nrows`` zero-filled, nothing read) into ``s_op``; no commit."""
         d = self.d
-        vals = []
-        for i in cutlass.range_constexpr(16):
-            el = cutlass.min(e0 + NUM_WARPS * i + warp, nrows - 1)
-            vals.append(_ldcg_vec(obase + Int64(el) * (d * 4), cpl))
-        for i in cutlass.range_constexpr(16):
-            e = e0 + NUM_WARPS * i + warp
-            if e < nrows:
-                gg = e // num_splits
-                wgt = _lds_f32(s_w + e * 4)
-                for j in cutlass.range_constexpr(cpl):
-                    addr = s_o + ((warp * MAX_GROUP + gg) * d + cpl * lane + j) * 4
-                    _sts_f32(addr, _lds_f32(addr) + wgt * vals[i][j])
+        per_row = d // 4                       # 16-byte pieces per row of d float32
+        for j in range(TAIL_ROWS * per_row // (32 * NUM_WARPS)):
+            i = tidx + j * (32 * NUM_WARPS)
+            r = i // per_row
+            col = i - r * per_row
+            _cp_async16_if(e0 + r, nrows, s_op + i * 16,
+                           obase + (Int64(e0 + r) * d + Int64(col * 4)) * 4)
 
     @cute.jit
     def _max_and_rescale(self, st, loc0, loc1, acc, moved):
@@ -2008,13 +2028,6 @@ def _ldg_f32(addr):
 def _ldcg_f32(addr):
     """Load through L2 only (data written by other CTAs of this launch)."""
     return _ptx("ld.global.cg.f32 {$w0}, [{$r0}];", [Float32], [addr])
-
-
-def _ldcg_vec(addr, n: int):
-    if n == 4:
-        return _ptx("ld.global.cg.v4.f32 {{$w0}, {$w1}, {$w2}, {$w3}}, [{$r0}];", [Float32] * 4,
-                    [addr])
-    return _ptx("ld.global.cg.v2.f32 {{$w0}, {$w1}}, [{$r0}];", [Float32] * 2, [addr])
 
 
 def _trace(counter_ptr, cta, k: int, tidx):

@@ -179,7 +179,7 @@ def test_cute_decode_strided_q_and_out(dtype):
 
 @needs_sm90
 @pytest.mark.parametrize("layout", ["NHD", "HND"])
-@pytest.mark.parametrize("num_splits", [1, 3, 16, 17, 61, 128])
+@pytest.mark.parametrize("num_splits", [1, 3, 5, 12, 16, 17, 61, 128])
 def test_cute_decode_num_splits_and_tickets(num_splits, layout):
     """Any split count 1..MAX_SPLITS merges correctly in the last CTA of each (sequence, KV
     head), and every launch leaves the tickets zero (so repeated calls and graph replays
