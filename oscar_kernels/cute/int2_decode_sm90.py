@@ -30,7 +30,10 @@ per head_dim):
      lookup per chunk: ``page_size % 16 == 0``; a 32-entry block of page ids lives in
      registers, one per lane) plus every ``4 * num_splits``-th BF16 window chunk: the
      first of those (chunk ``wsplit``) runs before the INT2 loop, right after the ring
-     prologue is issued; the rest after the loop.
+     prologue is issued; the rest after the loop. The ranges are balanced by bytes: a
+     window chunk counts as ``WINDOW_CHUNK_COST`` (7) INT2 chunks, so warps with window
+     chunks get shorter INT2 ranges (session 8: qwen3-8b batch 1-8 0.5-3 % faster,
+     llama3-70b-tp8 batch 32 2-4 %).
   3. The 4 warps are combined through shared memory; each CTA writes one normalized
      partial and its base-2 log-sum-exp.
   4. When ``num_splits * group <= FUSED_TAIL_ROWS`` (128): an atomic ticket per
@@ -185,7 +188,10 @@ below; the tail's o-row registers were what pushed the loop into spills: no deco
 has a stack since; ``decode`` 180.5; qwen3-8b batch 8 at 32K / 64K / 128K 4 / 2.6 / 1.7 %
 faster, batch 32 at 32K 2 %, batch 128 1-2 %, llama3-70b-tp8 batch 32 3.5-5 %, batch 128
 1.3-1.8 %; batch 1-2 (the merge kernel, or several rounds of 32 rows) unchanged;
-perf/results/2026-11-29_h200_s8_ab_tail1_*.txt). qwen3-8b batch
+perf/results/2026-11-29_h200_s8_ab_tail1_*.txt; then the warps' ranges balanced by bytes
+with the window chunks, above: qwen3-8b batch 1 / 32K-128K 1.3-3.4 %, batch 8 0.5-2.2 %,
+batch 32 0.5 %, llama3-70b-tp8 batch 32 1.8-4 %, batch 128 / 64K 1 % faster; no SASS change
+in the loop; perf/results/2026-11-29_h200_s8_ab_win_cost_*.txt). qwen3-8b batch
 128 at 128K on HND pages: 4.40 ms (b12a836) ->
 3.94 ms (52e59d6) -> 3.19 ms (75c1fc7) -> 2.97 ms (584d9d9, 74 % of the read ceiling, 5.06x
 FlashInfer BF16) -> 2.66 ms (5c97ebd, 83 %, 5.64x) -> 2.62 ms (30e4949, 84 %, 5.71x) ->
@@ -316,6 +322,10 @@ MIN_CTAS_PER_SM = CTAS_PER_SM
 #: is split into two int8 parts, ``q' ~ a (hi + lo / 256)``, and the s32 scores of both chains
 #: are combined as ``hi * 256 + lo`` (~16-bit query, exact integer dot products).
 QK_S8_HEAD_DIM = 128
+#: A BF16 window chunk in INT2 chunks, for balancing the warps' ranges: its bytes (16 tokens
+#: x head_dim x 2 x 2 B) over an INT2 chunk's (2 x 16 x head_dim / 4 + 2 x 16 x 4 B) at
+#: head_dim 128 (7.1); measured 7 vs 4 vs 0 in session 8 (perf/results/..._s8_ab_win_cost_*).
+WINDOW_CHUNK_COST = 7
 #: o partial rows the fused merge tail stages in shared memory per round trip.
 TAIL_ROWS = 32
 #: Thread groups of the merge kernel (each sums every MERGE_PARTS-th split).
@@ -768,6 +778,18 @@ class Int2PagedDecodeSm90:
         per_warp = (n_int2 + nsw - 1) // nsw
         w_begin = cutlass.min(n_int2, wsplit * per_warp)
         w_end = cutlass.min(n_int2, w_begin + per_warp)
+        # balanced by bytes: warp wsplit also runs BF16 window chunks wsplit, wsplit + nsw, ..
+        # (full or full + 1 of them), each counted as WINDOW_CHUNK_COST INT2 chunks, so its
+        # INT2 range is shorter by that much (when every warp's share covers its window
+        # work; otherwise equal INT2 ranges as above)
+        full = n_win // nsw
+        rem = n_win - full * nsw
+        if n_int2 >= WINDOW_CHUNK_COST * (full + 1) * nsw:
+            tot = n_int2 + WINDOW_CHUNK_COST * n_win
+            w_begin = (wsplit * tot) // nsw - WINDOW_CHUNK_COST * (
+                wsplit * full + cutlass.min(wsplit, rem))
+            w_end = ((wsplit + 1) * tot) // nsw - WINDOW_CHUNK_COST * (
+                (wsplit + 1) * full + cutlass.min(wsplit + 1, rem))
         n_mine = w_end - w_begin
 
         head_row = h * stride_head
