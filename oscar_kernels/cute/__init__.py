@@ -37,6 +37,12 @@ MAX_SPLITS = 128
 #: many partials fast: measured 47 us vs 37 us for Llama-3-70B TP8 batch 1 at 8K).
 FUSED_TAIL_ROWS = 128
 HEAD_DIMS = (64, 128)
+#: A BF16 window chunk in INT2 chunks when the kernel balances its warps' ranges (warp w runs
+#: window chunks w, w + 4 * num_splits, ..; its INT2 range is shorter by this much per
+#: window chunk): the bytes of a window chunk (16 tokens x head_dim x 2 x 2 B) over an INT2
+#: chunk's (2 x 16 x head_dim / 4 + 2 x 16 x 4 B), 7.1 at head_dim 128; 4, 7, 10 and 14
+#: measured in session 8 (perf/results/2026-11-29_h200_s8_ab_win_cost_*).
+WINDOW_CHUNK_COST = 7
 #: Byte offset of the debug trace slots in the ticket buffer (``OSCAR_CUTE_DEBUG=trace``
 #: builds, ``OSCAR_CUTE_TRACE=1`` hosts: perf/trace_decode.py).
 TRACE_OFFSET = 1 << 18

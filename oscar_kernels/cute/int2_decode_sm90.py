@@ -307,9 +307,11 @@ from cutlass import Float32, Int32, Int64
 
 # One definition each, shared with the host dispatch: the last CTA of a (sequence, KV head)
 # merges its splits when num_splits * group <= FUSED_TAIL_ROWS; CHUNK tokens per chunk;
+# WINDOW_CHUNK_COST INT2 chunks per BF16 window chunk in the warps' balanced ranges;
 # MAX_GROUP query heads per KV head; MAX_SPLITS splits at most; the split heuristic plans
 # for CTAS_PER_SM resident CTAs, the launch bound below.
-from . import CHUNK, CTAS_PER_SM, FUSED_TAIL_ROWS, MAX_GROUP, MAX_SPLITS, TRACE_OFFSET
+from . import (CHUNK, CTAS_PER_SM, FUSED_TAIL_ROWS, MAX_GROUP, MAX_SPLITS, TRACE_OFFSET,
+               WINDOW_CHUNK_COST)
 
 #: Warps per CTA; every warp is an independent KV split.
 NUM_WARPS = 4
@@ -322,10 +324,6 @@ MIN_CTAS_PER_SM = CTAS_PER_SM
 #: is split into two int8 parts, ``q' ~ a (hi + lo / 256)``, and the s32 scores of both chains
 #: are combined as ``hi * 256 + lo`` (~16-bit query, exact integer dot products).
 QK_S8_HEAD_DIM = 128
-#: A BF16 window chunk in INT2 chunks, for balancing the warps' ranges: its bytes (16 tokens
-#: x head_dim x 2 x 2 B) over an INT2 chunk's (2 x 16 x head_dim / 4 + 2 x 16 x 4 B) at
-#: head_dim 128 (7.1); measured 7 vs 4 vs 0 in session 8 (perf/results/..._s8_ab_win_cost_*).
-WINDOW_CHUNK_COST = 7
 #: o partial rows the fused merge tail stages in shared memory per round trip.
 TAIL_ROWS = 32
 #: Thread groups of the merge kernel (each sums every MERGE_PARTS-th split).

@@ -180,3 +180,44 @@ def test_mma_operand_is_the_fragment_layout(d, shared, transpose):
     rot = base.expand(h, d, d) if shared else base
     frag2, _ = cute.mma_operand(rot, transpose)
     assert torch.equal(frag2.view(torch.float16), -frag.view(torch.float16))
+
+
+def _warp_ranges(n_int2: int, n_win: int, nsw: int, cost: int) -> list[tuple[int, int]]:
+    """The kernel's INT2 chunk range per warp (Int2PagedDecodeSm90.kernel, "balanced by
+    bytes"), written again with Python ints: warp w also runs window chunks w, w + nsw, ..."""
+    per_warp = (n_int2 + nsw - 1) // nsw
+    full, rem = divmod(n_win, nsw)
+    out = []
+    for w in range(nsw):
+        b = min(n_int2, w * per_warp)
+        e = min(n_int2, b + per_warp)
+        if n_int2 >= cost * (full + 1) * nsw:
+            tot = n_int2 + cost * n_win
+            b = (w * tot) // nsw - cost * (w * full + min(w, rem))
+            e = ((w + 1) * tot) // nsw - cost * ((w + 1) * full + min(w + 1, rem))
+        out.append((b, e))
+    return out
+
+
+@pytest.mark.parametrize("nsw", [4, 8, 32, 196, 512])
+def test_warp_ranges_partition_the_int2_chunks(nsw):
+    """Whichever branch a sequence takes, the warps' INT2 ranges are contiguous, in order and
+    cover [0, n_int2) exactly once; balanced ranges give every warp the same work (INT2
+    chunks + cost x its window chunks) to within one INT2 chunk."""
+    cost = cute.WINDOW_CHUNK_COST
+    gen = torch.Generator().manual_seed(nsw)
+    cases = [(0, 0), (1, 1), (5, 20), (cost * nsw, 20), (cost * 2 * nsw, 20), (8172, 20),
+             (4076, 20), (2028, 20)]
+    cases += [(int(n), int(w)) for n, w in zip(torch.randint(0, 9000, (40,), generator=gen),
+                                               torch.randint(0, 21, (40,), generator=gen))]
+    for n_int2, n_win in cases:
+        ranges = _warp_ranges(n_int2, n_win, nsw, cost)
+        covered = []
+        for b, e in ranges:
+            assert 0 <= b <= e <= n_int2, (n_int2, n_win, b, e)
+            covered.extend(range(b, e))
+        assert covered == list(range(n_int2)), (n_int2, n_win)
+        full, rem = divmod(n_win, nsw)
+        if n_int2 >= cost * (full + 1) * nsw:
+            work = [e - b + cost * (full + (w < rem)) for w, (b, e) in enumerate(ranges)]
+            assert max(work) - min(work) <= 1, (n_int2, n_win, work)
