@@ -270,20 +270,17 @@ the fused split-merge tail for up to 320 rows instead of 128 (qwen3-8b batch 1 8
 llama3-70b-tp8 2-4 % faster, qwen3-8b b128 2 % and b1 8K 40 % slower: 32 splits x 4 heads
 go through the slow fused tail).
 
-Resource usage (cuobjdump of the bundle's cubin): decode D=128 128 registers, 8 B
-stack (4 STL / 3 LDL outside the INT2 main loop, which has none; 72 B before 30e4949),
-45,056 B dynamic smem (ring 36,864 + q rows + q' + P tiles), 32 IMMA.16832.U8.S8 (QK) + 64
-HMMA.16816.F32 (32 PV, 16 query rotation, 16 output rotation) + 16 HMMA.16816.F32.BF16
-(window) + 4 LDSM.16.MT88.4 (V) + 5 LDSM.16.MT88.2 (P) + 30 LDGSTS + 1 ATOMG in the SASS
-(no UTMALDG); decode_pair D=128 128 registers, same smem, 16
-IMMA + 64 HMMA + 16 HMMA.BF16 + 7 LDSM + 24 LDGSTS (24 B stack since the hl layout, 7 STL /
-12 LDL, two of them in the main loop off its fast path); decode D=128 40 B stack since
-session 8 (9 STL / 15 LDL), one LDL per two chunks on the fast path; decode and
-decode_pair D=64 128 registers, no stack; merge 56 registers (``perf/sass_report.py``
-prints these, perf/results/2026-11-29_sass_report_s8_decode_exp2.txt). Since the
-one-round-trip merge tail (session 8) no decode kernel has a stack or spills: decode_pair
-D=128 149.5 SASS per chunk, decode D=128 180.5, D=64 113.5 / 135
-(perf/results/2026-11-29_sass_report_s8_tail1.txt).
+Resource usage (cuobjdump of the bundle's cubins, ``perf/sass_report.py``, session 8:
+perf/results/2026-11-29_sass_report_s8_tail1.txt): every decode kernel 128 registers per
+thread (decode D=64 124), no stack, no spills (session 7's builds had 24-40 B stacks:
+decode_pair D=128 two LDLs in the main loop off its fast path, decode D=128 one LDL per two
+chunks on it; earlier builds up to 72 B); 45,056 B dynamic smem at D=128 (ring 36,864 + q
+rows + q' + P tiles; the merge tail reuses the ring). SASS at D=128: ``decode`` 32
+IMMA.16832.U8.S8 (QK) + 96 HMMA.16816 (PV, the query rotation, the output rotation, BF16
+window chunks in two places) + 10 LDSM + 40 LDGSTS (ring and merge-tail rows) + 1 ATOMG;
+``decode_pair`` 16 IMMA + 96 HMMA + 8 LDSM + 40 LDGSTS; no UTMALDG (see "No TMA" above).
+Fast path per chunk: decode_pair D=128 149.5 SASS, decode D=128 180.5, D=64 113.5 / 135;
+merge kernels 56 / 48 registers.
 
 Debug builds: ``OSCAR_CUTE_DEBUG`` (read at import, so set it for ``aot build``) compiles in
 phase skips (timing only) or the %globaltimer trace; unset, the kernels are byte-identical
