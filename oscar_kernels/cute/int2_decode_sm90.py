@@ -271,7 +271,7 @@ llama3-70b-tp8 2-4 % faster, qwen3-8b b128 2 % and b1 8K 40 % slower: 32 splits 
 go through the slow fused tail).
 
 Resource usage (cuobjdump of the bundle's cubins, ``perf/sass_report.py``, session 8:
-perf/results/2026-11-29_sass_report_s8_tail1.txt): every decode kernel 128 registers per
+perf/results/2026-11-29_sass_report_s8_final.txt): every decode kernel 128 registers per
 thread (decode D=64 124), no stack, no spills (session 7's builds had 24-40 B stacks:
 decode_pair D=128 two LDLs in the main loop off its fast path, decode D=128 one LDL per two
 chunks on it; earlier builds up to 72 B); 45,056 B dynamic smem at D=128 (ring 36,864 + q
