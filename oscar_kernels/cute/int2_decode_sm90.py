@@ -663,13 +663,6 @@ class Int2PagedDecodeSm90:
         assert FUSED_TAIL_ROWS == 32 * NUM_WARPS   # one lse partial per thread in the tail
 
     # ---------------------------------------------------------- channel maps
-    def qk_channel(self, s: int, half: int, j: int, quad):
-        r = 2 * s + half
-        return (quad * self.nbk + 4 * (r // 8) + r % 2 + 2 * j + ((r % 8) // 2) * (self.d // 4))
-
-    def qk_quarter(self, s: int, half: int) -> int:
-        return ((2 * s + half) % 8) // 2
-
     def pv_channel(self, mt: int, rh: int, g):
         return 2 * g + 16 * (mt // 4) + rh + (mt % 4) * (self.d // 4)
 
