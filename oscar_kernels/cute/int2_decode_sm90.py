@@ -1858,6 +1858,8 @@ class Int2PagedDecodeSm90:
                 continue
             p0 = _ex2(sc[j] - st[j])
             p1 = _ex2(sc[2 + j] - st[j])
+            # the same sum in two float orders: each kernel keeps the one it was GPU-tested
+            # and timed with (pair: the head_dim-64 kernel; decode: its window chunks)
             if self.pair:
                 st[2 + j] = st[2 + j] + (p0 + p1)
             else:
