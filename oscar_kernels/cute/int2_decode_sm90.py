@@ -966,15 +966,11 @@ class Int2PagedDecodeSm90:
                     self._int2_pair(sbase, sbase + self.stage_bytes, pos0, sink, end_w, qa, qh,
                                     acc, st, scale_log2, quad, g, p_st, p_ld, v_ld, True)
             elif pos0 >= sink and pos0 + 2 * CHUNK <= end_w:
-                for u in cutlass.range_constexpr(2):
-                    self._int2_chunk(sbase + u * self.stage_bytes, pos0 + u * CHUNK, sink,
-                                     end_w, qa, qh, acc, st, scale_log2, quad, g,
-                                     p_st + u * P_TILE, p_ld + u * P_TILE, v_ld, False)
+                self._int2_two_chunks(sbase, sbase + self.stage_bytes, pos0, sink, end_w, qa,
+                                      qh, acc, st, quad, g, p_st, p_ld, v_ld, False)
             else:
-                for u in cutlass.range_constexpr(2):
-                    self._int2_chunk(sbase + u * self.stage_bytes, pos0 + u * CHUNK, sink,
-                                     end_w, qa, qh, acc, st, scale_log2, quad, g,
-                                     p_st + u * P_TILE, p_ld + u * P_TILE, v_ld, True)
+                self._int2_two_chunks(sbase, sbase + self.stage_bytes, pos0, sink, end_w, qa,
+                                      qh, acc, st, quad, g, p_st, p_ld, v_ld, True)
             _syncwarp()
         _cp_wait(0)
         _trace(counter_ptr, cta, 2, tidx)
@@ -1563,6 +1559,59 @@ class Int2PagedDecodeSm90:
         v_frag = self._v_frags(sbase, v_ld)
         self._chunk(qa, qh, kf0, kf1, v_frag, sk, zk, sv, zv, valid, acc, st, scale_log2,
                     quad, p_st, p_ld, True)
+
+    def _int2_two_chunks(self, sa, sb, pos0, sink, int2_end, qa, qh, acc, st, quad, g, p_st,
+                         p_ld, v_ld, masked: bool):
+        """``decode`` (GQA 5-8): the two INT2 chunks of an iteration (ring stages ``sa``,
+        ``sb``) with one running-max update: both chunks' scores, one lane max per head
+        column, vote and (rare) rescale, then each chunk's exp2 / sums / P tile / PV."""
+        stages = [sa, sb]
+        scs = []
+        prm = []
+        for u in range(2):
+            kf0, kf1 = self._load_k(stages[u], quad, g)
+            s_acc = self._qk(qa, kf0, kf1, True)
+            sk, zk, sv, zv, valid = self._load_params(stages[u], pos0 + u * CHUNK, sink,
+                                                      int2_end, g, masked)
+            sc = []
+            for n in range(2):
+                for j in range(2):
+                    x = sk[n] * s_acc[2 * n + j] + zk[n] * qh[j]
+                    sc.append(x if valid is None else _sel_f32(valid[n], x, Float32(NEG_INF)))
+            scs.append(sc)
+            prm.append((sv, zv, valid))
+        loc = [_fmax(_fmax(scs[0][j], scs[0][2 + j]), _fmax(scs[1][j], scs[1][2 + j]))
+               * qh[2 + j] for j in range(2)]
+        grew = (Int32(cutlass.select_(loc[0] > st[0], 1, 0))
+                | Int32(cutlass.select_(loc[1] > st[1], 1, 0)))
+        self._max_and_rescale(st, loc[0], loc[1], acc, cute.arch.vote_any_sync(grew != 0))
+        row = 2 * MAX_GROUP
+        for u in range(2):
+            sc = scs[u]
+            sv, zv, valid = prm[u]
+            pt = []
+            for j in range(2):
+                p0 = _ex2(sc[j] * qh[2 + j] - st[j])
+                p1 = _ex2(sc[2 + j] * qh[2 + j] - st[j])
+                st[2 + j] = (st[2 + j] + p0) + p1
+                st[4 + j] = (st[4 + j] + p0 * zv[0]) + p1 * zv[1]
+                pt.append([p0, p1] if valid is None else [p0 * sv[0], p1 * sv[1]])
+            packed = []
+            for n in range(2):
+                if valid is None:   # full chunk: fp16 P pair x (s_v, s_v) pair
+                    packed.append(_mul_f16x2(_pack_f16x2(pt[0][n], pt[1][n]), sv[n]))
+                else:
+                    packed.append(_pack_f16x2(pt[0][n], pt[1][n]))
+            _sts_i32(p_st + u * P_TILE, packed[0])
+            _sts_i32(p_st + u * P_TILE + 8 * row, packed[1])
+            _syncwarp()
+            b0, b1 = _ldsm_x2_trans(p_ld + u * P_TILE)
+            va = self._v_frags(stages[u], v_ld)
+            for mt in range(self.mtiles):
+                c = [acc[4 * mt], acc[4 * mt + 1], acc[4 * mt + 2], acc[4 * mt + 3]]
+                r = _mma(*va(mt), b0, b1, *c, f16=True)
+                for i in range(4):
+                    acc[4 * mt + i] = r[i]
 
     def _int2_pair(self, sa, sb, pos0, sink, int2_end, qa, qh, acc, st, scale_log2, quad, g,
                    p_st, p_ld, v_ld, masked: bool):
