@@ -191,7 +191,10 @@ faster, batch 32 at 32K 2 %, batch 128 1-2 %, llama3-70b-tp8 batch 32 3.5-5 %, b
 perf/results/2026-11-29_h200_s8_ab_tail1_*.txt; then the warps' ranges balanced by bytes
 with the window chunks, above: qwen3-8b batch 1 / 32K-128K 1.3-3.4 %, batch 8 0.5-2.2 %,
 batch 32 0.5 %, llama3-70b-tp8 batch 32 1.8-4 %, batch 128 / 64K 1 % faster; no SASS change
-in the loop; perf/results/2026-11-29_h200_s8_ab_win_cost_*.txt). qwen3-8b batch
+in the loop; perf/results/2026-11-29_h200_s8_ab_win_cost_*.txt; session 9: ``decode`` takes
+both chunks of an iteration through one running-max update, 180.5 -> 178.5 at head_dim 128,
+135 -> 130.5 at 64, llama3-70b-tp8 batch 8 at 64K / 128K 3 % faster, batch 32 ~1 %, batch 128
+1.3-1.7 %, perf/results/2026-11-29_h200_s9_ab_shared_max_llama.txt). qwen3-8b batch
 128 at 128K on HND pages: 4.40 ms (b12a836) ->
 3.94 ms (52e59d6) -> 3.19 ms (75c1fc7) -> 2.97 ms (584d9d9, 74 % of the read ceiling, 5.06x
 FlashInfer BF16) -> 2.66 ms (5c97ebd, 83 %, 5.64x) -> 2.62 ms (30e4949, 84 %, 5.71x) ->
@@ -271,7 +274,7 @@ llama3-70b-tp8 2-4 % faster, qwen3-8b b128 2 % and b1 8K 40 % slower: 32 splits 
 go through the slow fused tail).
 
 Resource usage (cuobjdump of the bundle's cubins, ``perf/sass_report.py``, session 8:
-perf/results/2026-11-29_sass_report_s8_final.txt): every decode kernel 128 registers per
+perf/results/2026-11-29_sass_report_s9_shared_max.txt): every decode kernel 128 registers per
 thread (decode D=64 124), no stack, no spills (session 7's builds had 24-40 B stacks:
 decode_pair D=128 two LDLs in the main loop off its fast path, decode D=128 one LDL per two
 chunks on it; earlier builds up to 72 B); 45,056 B dynamic smem at D=128 (ring 36,864 + q
@@ -279,7 +282,7 @@ rows + q' + P tiles; the merge tail reuses the ring). SASS at D=128: ``decode`` 
 IMMA.16832.U8.S8 (QK) + 96 HMMA.16816 (PV, the query rotation, the output rotation, BF16
 window chunks in two places) + 10 LDSM + 40 LDGSTS (ring and merge-tail rows) + 1 ATOMG;
 ``decode_pair`` 16 IMMA + 96 HMMA + 8 LDSM + 40 LDGSTS; no UTMALDG (see "No TMA" above).
-Fast path per chunk: decode_pair D=128 149.5 SASS, decode D=128 180.5, D=64 113.5 / 135;
+Fast path per chunk: decode_pair D=128 149.5 SASS, decode D=128 178.5, D=64 113.5 / 130.5;
 merge kernels 56 / 48 registers.
 
 Debug builds: ``OSCAR_CUTE_DEBUG`` (read at import, so set it for ``aot build``) compiles in
@@ -1549,17 +1552,6 @@ class Int2PagedDecodeSm90:
             return frag
         return v_frag
 
-    def _int2_chunk(self, sbase, pos0, sink, int2_end, qa, qh, acc, st, scale_log2, quad, g,
-                    p_st, p_ld, v_ld, masked: bool):
-        """One INT2 chunk from ring stage ``sbase``. ``masked`` (a trace-time flag): some of
-        its 16 positions lie outside ``[sink, int2_end)`` (first/last chunk of the range), so
-        their scores are -inf and their value scale/zero 0; full chunks skip those selects."""
-        kf0, kf1 = self._load_k(sbase, quad, g)
-        sk, zk, sv, zv, valid = self._load_params(sbase, pos0, sink, int2_end, g, masked)
-        v_frag = self._v_frags(sbase, v_ld)
-        self._chunk(qa, qh, kf0, kf1, v_frag, sk, zk, sv, zv, valid, acc, st, scale_log2,
-                    quad, p_st, p_ld, True)
-
     def _int2_two_chunks(self, sa, sb, pos0, sink, int2_end, qa, qh, acc, st, quad, g, p_st,
                          p_ld, v_ld, masked: bool):
         """``decode`` (GQA 5-8): the two INT2 chunks of an iteration (ring stages ``sa``,
@@ -1872,18 +1864,12 @@ class Int2PagedDecodeSm90:
                     p_ld, is_int2: bool, g_pair):
         """Online softmax of the scores ``s_acc`` and O^T += V^T P^T. ``g_pair`` (this lane's
         head column g) set: a chunk pair (``va`` = (V of A, V of B)), see _int2_pair."""
-        # decode's INT2 chunks (e2): scores / qh[2 + j], qh[2 + j] applied inside the exp2
-        # and to the lane max; the pair kernel (head_dim 64) scales every score
-        e2 = is_int2 and not self.pair
         sc = []
-        sk2 = ([[sk[n] * qh[2 + j] for j in range(2)] for n in range(2)]
-               if is_int2 and not e2 else None)
+        sk2 = [[sk[n] * qh[2 + j] for j in range(2)] for n in range(2)] if is_int2 else None
         for n in range(2):
             for j in range(2):
                 raw = s_acc[2 * n + j]
-                if e2:
-                    x = sk[n] * raw + zk[n] * qh[j]
-                elif is_int2:
+                if is_int2:
                     x = sk2[n][j] * raw + zk[n] * qh[j]
                 else:
                     x = raw * scale_log2
@@ -1891,20 +1877,10 @@ class Int2PagedDecodeSm90:
         pt = []      # p~ (fp32) per (j, n)
         packed = []  # per n: bf16x2 (head 2q, head 2q+1)
         loc = [_fmax(sc[0], sc[2]), _fmax(sc[1], sc[3])]     # this lane's max per head
-        if e2:
-            loc = [loc[0] * qh[2], loc[1] * qh[3]]
         grew = (Int32(cutlass.select_(loc[0] > st[0], 1, 0))
                 | Int32(cutlass.select_(loc[1] > st[1], 1, 0)))
         self._max_and_rescale(st, loc[0], loc[1], acc, cute.arch.vote_any_sync(grew != 0))
         for j in range(2):
-            if e2:
-                p0 = _ex2(sc[j] * qh[2 + j] - st[j])
-                p1 = _ex2(sc[2 + j] * qh[2 + j] - st[j])
-                st[2 + j] = (st[2 + j] + p0) + p1
-                st[4 + j] = (st[4 + j] + p0 * zv[0]) + p1 * zv[1]
-                # full chunks: times s_v in fp16 below
-                pt.append([p0, p1] if valid is None else [p0 * sv[0], p1 * sv[1]])
-                continue
             p0 = _ex2(sc[j] - st[j])
             p1 = _ex2(sc[2 + j] - st[j])
             # the same sum in two float orders: each kernel keeps the one it was GPU-tested
@@ -1920,10 +1896,7 @@ class Int2PagedDecodeSm90:
                 # window P on the INT2 operands' 2^-24 scale (bf16 has the exponent range)
                 pt.append([p0 * Float32(SUBNORMAL), p1 * Float32(SUBNORMAL)])
         for n in range(2):
-            if e2 and valid is None:   # full chunk: fp16 P pair x (s_v, s_v) pair
-                packed.append(_mul_f16x2(_pack_f16x2(pt[0][n], pt[1][n]), sv[n]))
-            else:
-                packed.append((_pack_f16x2 if is_int2 else _pack_bf16x2)(pt[0][n], pt[1][n]))
+            packed.append((_pack_f16x2 if is_int2 else _pack_bf16x2)(pt[0][n], pt[1][n]))
         # P^T B fragment of lane (g, q): tokens 2q, 2q+1 (+8) of head g
         # through this warp's P tile: [token][head] stores, ldmatrix.trans -> (tokens 2q,
         # 2q + 1 (+ 8), head g); the tile of a chunk is rewritten two chunks later (window
