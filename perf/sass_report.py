@@ -160,8 +160,10 @@ def _cuobjdump(path: str | None) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--head-dims", type=int, nargs="+", default=[128, 64])
-    ap.add_argument("--kernels", nargs="+", default=["decode_pair", "decode", "merge"],
-                    choices=["decode_pair", "decode", "merge"])
+    ap.add_argument("--kernels", nargs="+",
+                    default=["decode_pair", "decode", "decode_pair_w8", "decode_w8", "merge"],
+                    choices=["decode_pair", "decode", "decode_pair_w8", "decode_w8", "merge"],
+                    help="*_w8: CTAs of 8 warps (head_dim 128 only; skipped at other dims)")
     ap.add_argument("--cuobjdump", default=None)
     ap.add_argument("--dump-fast", default=None, metavar="DIR",
                     help="also write each decode kernel's fast-path listing (one iteration, "
@@ -180,8 +182,11 @@ def main(argv=None) -> int:
     try:
         for d in a.head_dims:
             for kind in a.kernels:
+                warps = 8 if kind.endswith("_w8") else 4
+                if warps == 8 and d != 128:
+                    continue
                 start = time.time()
-                cfg = Int2DecodeConfig(d, pair=(kind == "decode_pair"))
+                cfg = Int2DecodeConfig(d, pair=kind.startswith("decode_pair"), warps=warps)
                 (compile_merge if kind == "merge" else compile_decode)(cfg)
                 new = sorted((f for f in glob.glob(os.path.join(dump, "**", "*.cubin"),
                                                    recursive=True)

@@ -56,8 +56,9 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16) -
     cache, table = make_cache(spec, batch_size, context, dev)
     q = torch.randn(batch_size, hq, d, dtype=torch.bfloat16, device=dev)
     out = torch.empty_like(q)
-    splits = cute.num_splits_for(batch_size, h, torch.cuda.get_device_properties(dev)
-                                 .multi_processor_count, hq // h)
+    warps, splits = cute.plan(batch_size, h, torch.cuda.get_device_properties(dev)
+                              .multi_processor_count, hq // h, d,
+                              cute._bundle.has_kernel("decode_pair", d, 8))
     flush = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
     ncta = batch_size * h * splits
     for _ in range(4):
@@ -79,7 +80,8 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16) -
     t = slots[:, :7].double()
     t = torch.where(slots[:, :7] == 0, torch.full_like(t, float("nan")), t)
     t = (t - t[:, 0].min()) / 1e3                       # us since the first CTA started
-    row = {"model": model, "batch": batch_size, "context": context, "splits": splits,
+    row = {"model": model, "batch": batch_size, "context": context, "warps": warps,
+           "splits": splits,
            "ctas": ncta, "event_us": start.elapsed_time(end) * 1e3,
            "start": _stats(t[:, 0])}
     for name, a, b in PHASES:
@@ -116,8 +118,9 @@ def main(argv=None) -> int:
         for n in a.context:
             row = trace_call(a.model, b, n)
             rows.append(row)
-            print(f"{a.model} batch {b} context {n}: {row['splits']} splits, {row['ctas']} CTAs, "
-                  f"call {row['event_us']:.1f} us (events, not graph-replayed)")
+            print(f"{a.model} batch {b} context {n}: {row['warps']} warps, {row['splits']} "
+                  f"splits, {row['ctas']} CTAs, call {row['event_us']:.1f} us (events, not "
+                  "graph-replayed)")
             for k in ["start"] + [p[0] for p in PHASES] + ["merge tail (last CTA)", "end"]:
                 v = row[k]
                 cols = ("min", "med", "p90", "max")

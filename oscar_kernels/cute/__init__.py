@@ -25,9 +25,12 @@ MAX_GROUP = 8
 PAIR_MAX_GROUP = 4
 #: Tokens per chunk; a chunk must lie inside one page.
 CHUNK = 16
-#: Resident CTAs per SM the split heuristic aims for, and the kernel's launch bound (128
-#: registers x 128 threads -> 4).
-CTAS_PER_SM = 4
+#: Resident warps per SM the split heuristic plans for, and the kernels' launch bound (128
+#: registers per thread: 65536 / (128 x 32)); a CTA of 4 warps -> 4 CTAs per SM.
+SM_WARPS = 16
+#: Warps per CTA of the decode kernels: 4, or 8 (the wide build, head_dim 128 only; see
+#: :func:`plan`).
+CTA_WARPS = (4, 8)
 #: Least fill of the single wave the split heuristic accepts before adding a split.
 WAVE_FILL = 0.8
 MAX_SPLITS = 128
@@ -36,6 +39,9 @@ MAX_SPLITS = 128
 #: is a second kernel spread over (sequence, query head) CTAs (one CTA cannot pull that
 #: many partials fast: measured 47 us vs 37 us for Llama-3-70B TP8 batch 1 at 8K).
 FUSED_TAIL_ROWS = 128
+#: The wide build (8 warps per CTA) is planned only where its fused tail merges at most this
+#: many partial rows per (sequence, KV head): two 32-row round trips (see :func:`plan`).
+WIDE_MAX_ROWS = 64
 HEAD_DIMS = (64, 128)
 #: A BF16 window chunk in INT2 chunks when the kernel balances its warps' ranges (warp w runs
 #: window chunks w, w + 4 * num_splits, ..; its INT2 range is shorter by this much per
@@ -87,9 +93,10 @@ def can_implement(op: str, *, device, spec, num_qo_heads: int, dtype) -> None:
         raise BackendUnavailableError(f"head_dim: this build holds CuTe kernels for {dims} only, got {spec.head_dim}")
 
 
-def num_splits_for(batch_size: int, num_kv_heads: int, num_sms: int, group: int = 1) -> int:
-    """CTAs per (sequence, KV head): as many as fit in one wave of ``CTAS_PER_SM`` CTAs per
-    SM (rounded down: a second, partly filled wave of long CTAs costs more than it brings;
+def num_splits_for(batch_size: int, num_kv_heads: int, num_sms: int, group: int = 1,
+                   warps: int = 4) -> int:
+    """CTAs per (sequence, KV head) for CTAs of ``warps`` warps: as many as fit in one wave
+    of ``SM_WARPS // warps`` CTAs per SM (rounded down: a second, partly filled wave of long CTAs costs more than it brings;
     measured qwen3-8b batch 8 at 32K: 8 splits 0.112 ms vs 9 splits 0.128 ms; llama3-70b-tp8
     batch 128 at 128K: 4 splits 0.606 ms vs 5 splits 0.635 ms). When the last wave of that
     choice would be less than ``WAVE_FILL`` full, the KV is split finer, into about four
@@ -108,17 +115,47 @@ def num_splits_for(batch_size: int, num_kv_heads: int, num_sms: int, group: int 
 
     Depends on shapes only (never on sequence lengths), so decode stays graph-capturable.
     """
-    slots = CTAS_PER_SM * num_sms
+    per_sm = SM_WARPS // warps
+    slots = per_sm * num_sms
     rows = batch_size * num_kv_heads
     want = max(1, slots // rows)
     waves = rows * want / slots
     if waves / math.ceil(waves) < WAVE_FILL:   # the last wave would stay too empty
         want = max(want + 1, math.ceil(4 * slots / rows))
     elif want * group > FUSED_TAIL_ROWS:      # one wave, partials through the merge kernel
-        light = max(1, (CTAS_PER_SM - 1) * num_sms // rows)
+        light = max(1, (per_sm - 1) * num_sms // rows)
         if light * group > FUSED_TAIL_ROWS:
             want = min(want, light)
     return max(1, min(MAX_SPLITS, want))
+
+
+def plan(batch_size: int, num_kv_heads: int, num_sms: int, group: int, head_dim: int,
+         wide_available: bool = True) -> tuple[int, int]:
+    """``(warps, num_splits)`` of a decode call; shapes only, so graph-capturable.
+
+    The wide build (8 warps per CTA, 2 CTAs per SM, head_dim 128) runs when its own plan is
+    a single wave whose partials the fused tail merges in at most ``WIDE_MAX_ROWS`` rows
+    per (sequence, KV head); otherwise CTAs of 4 warps. Half as many CTAs per SM then share
+    an SM's issue slots, and the per-CTA work of a single wave (query rotation, combine,
+    partial stores; all at the same moment on every SM) halves per SM. Measured on an H200
+    (``cute.bench --warps 4|8``, alternating rounds; perf/results/2026-11-29_h200_s9_ab_w8_*,
+    ..._s9_warps_sweep.txt, ..._s9_warps_small_batch.txt), 8 vs 4 warps:
+
+    * faster: qwen3-8b batch 2-32 (2-9 %, e.g. batch 8 / 64K 99 -> 95 us), llama3-70b-tp8
+      batch 32-256 (4-18 %);
+    * slower, so not taken: qwen3-8b batch 1 and llama3-70b-tp8 batch 8-16 (the wide plan's
+      132-264 rows, or 128 rows in four fused round trips, against the merge kernel:
+      +2-9 %), and several waves of wide CTAs (qwen3-8b batch 50 / 100 +2-7 %, batch 64 / 128
+      at 8K +3-8 %; batch 64 / 128 at 100K 3-5 % faster, but the plan cannot see lengths);
+    * head_dim 64 keeps 4 warps (its 4 M tiles of the rotations cannot feed 8 warps).
+    """
+    splits = num_splits_for(batch_size, num_kv_heads, num_sms, group)
+    if head_dim == 128 and wide_available:
+        wide = num_splits_for(batch_size, num_kv_heads, num_sms, group, warps=8)
+        one_wave = batch_size * num_kv_heads * wide <= (SM_WARPS // 8) * num_sms
+        if one_wave and wide * group <= WIDE_MAX_ROWS:
+            return 8, wide
+    return 4, splits
 
 
 def _row_strides(spec) -> tuple[int, int, int]:
@@ -129,23 +166,24 @@ def _row_strides(spec) -> tuple[int, int, int]:
 
 
 def decode(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots, rot_k, rot_v,
-           sm_scale, *, out=None, num_splits: int | None = None):
+           sm_scale, *, out=None, num_splits: int | None = None, warps: int | None = None):
     """Backend entry of :func:`oscar_kernels.ops.paged_decode_attention` (inputs validated).
 
     ``q [batch_size, num_qo_heads, head_dim]``; returns ``(o, lse)``: ``o`` of q's dtype in
     the model's space (written into ``out`` when given), ``lse [batch_size, num_qo_heads]``
     float32 natural log. No host synchronization; every launch is graph-capturable.
+    ``warps`` / ``num_splits`` override :func:`plan` (tests, benchmarks).
     """
     steps, result = decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len,
                                  window_slots, rot_k, rot_v, sm_scale, out=out,
-                                 num_splits=num_splits)
+                                 num_splits=num_splits, warps=warps)
     for _, step in steps:
         step()
     return result()
 
 
 def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots, rot_k, rot_v,
-                 sm_scale, *, out=None, num_splits: int | None = None):
+                 sm_scale, *, out=None, num_splits: int | None = None, warps: int | None = None):
     """The launches of :func:`decode` as ``[(name, fn)]`` over buffers allocated here, plus
     a ``result()`` returning ``(o, lse)`` after they ran (used by the per-step benchmark)."""
     import torch
@@ -159,11 +197,19 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
         raise UnsupportedConfigError(
             f"cache: the CuTe kernel indexes (page, slot, head) rows in int32; "
             f"num_pages * page_size * num_kv_heads = {cache.num_pages * spec.page_size * h}")
-    if num_splits is None:
-        num_splits = num_splits_for(batch_size, h, torch.cuda.get_device_properties(dev)
-                                    .multi_processor_count, group)
-    expect(isinstance(num_splits, int) and 1 <= num_splits <= MAX_SPLITS, "num_splits",
-           f"an int in [1, {MAX_SPLITS}]", num_splits)
+    expect(warps is None or isinstance(warps, int) and warps in CTA_WARPS
+           and (warps == 4 or d == 128), "warps",
+           "None, 4 or (head_dim 128) 8", warps)
+    expect(num_splits is None or isinstance(num_splits, int) and 1 <= num_splits <= MAX_SPLITS,
+           "num_splits", f"an int in [1, {MAX_SPLITS}]", num_splits)
+    if warps is None or num_splits is None:
+        sms = torch.cuda.get_device_properties(dev).multi_processor_count
+        if warps is None:
+            warps, planned = plan(batch_size, h, sms, group, d,
+                                  _bundle.has_kernel("decode_pair", d, 8))
+        else:
+            planned = num_splits_for(batch_size, h, sms, group, warps)
+        num_splits = planned if num_splits is None else num_splits
     o_part = torch.empty(batch_size, num_qo_heads, num_splits, d, dtype=torch.float32, device=dev)
     lse_part = torch.empty(batch_size, num_qo_heads, num_splits, dtype=torch.float32, device=dev)
     lse = torch.empty(batch_size, num_qo_heads, dtype=torch.float32, device=dev)
@@ -190,7 +236,7 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
             _kind(o.dtype), o.stride(0), o.stride(1)]
     scale_log2 = float(sm_scale) * math.log2(math.e)
     # GQA ratio <= 4: the kernel specialized to run two chunks per softmax pass
-    kernel = _bundle.get_kernel("decode_pair" if group <= PAIR_MAX_GROUP else "decode", d)
+    kernel = _bundle.get_kernel("decode_pair" if group <= PAIR_MAX_GROUP else "decode", d, warps)
 
     def run_decode():
         # q @ R_K, attention over this CTA's split, and (fused tail) in the last CTA of each

@@ -4,7 +4,8 @@ else the ahead-of-time bundle built by :mod:`oscar_kernels.cute.aot`.
 A bundle is a directory with ``manifest.json`` and one ``lib<name>.so`` per kernel (C ABI
 ``int <name>_load(void)`` and ``int <name>_run(...)``: for ``decode`` and ``decode_pair``
 (the same kernel specialized for GQA ratios <= 4) 18 int64 pointers, 18 int32, one float
-and the stream; ``merge`` 5 pointers, 8 int32 and the stream).
+and the stream; ``merge`` 5 pointers, 8 int32 and the stream). The decode ops exist for
+CTAs of 4 warps (every head_dim) and 8 warps (``_w8``, head_dim 128; manifest ``"warps"``).
 The directory is ``$OSCAR_CUTE_BUNDLE`` when set, else ``oscar_kernels/cute/prebuilt``.
 ``OSCAR_CUTE_MODE=bundle`` or ``=jit`` forces one source. Nothing here needs a GPU to
 import; loading a library needs ``libcudart.so.13`` (import torch first, it loads it).
@@ -43,9 +44,10 @@ def bundle_dir() -> str:
                                                                 "prebuilt")
 
 
-def kernel_name(op: str, head_dim: int) -> str:
-    return {"decode": f"int2_decode_sm90_d{head_dim}",
-            "decode_pair": f"int2_decode_pair_sm90_d{head_dim}",
+def kernel_name(op: str, head_dim: int, warps: int = 4) -> str:
+    wide = "_w8" if warps == 8 else ""
+    return {"decode": f"int2_decode{wide}_sm90_d{head_dim}",
+            "decode_pair": f"int2_decode_pair{wide}_sm90_d{head_dim}",
             "merge": f"int2_decode_merge_sm90_d{head_dim}"}[op]
 
 
@@ -92,7 +94,7 @@ def available_head_dims() -> tuple[int, ...]:
     found: dict[int, set] = {}
     for name, entry in manifest["kernels"].items():
         lib = os.path.join(bundle_dir(), str(entry.get("library", "")))
-        if entry.get("op") in OPS and os.path.isfile(lib):
+        if entry.get("op") in OPS and entry.get("warps", 4) == 4 and os.path.isfile(lib):
             found.setdefault(int(entry["head_dim"]), set()).add(entry["op"])
     dims = [d for d, ops in found.items() if ops == set(OPS)]
     if not dims:
@@ -100,8 +102,21 @@ def available_head_dims() -> tuple[int, ...]:
     return tuple(sorted(dims))
 
 
-def _load_bundle_kernel(op: str, head_dim: int) -> Callable:
-    name = kernel_name(op, head_dim)
+def has_kernel(op: str, head_dim: int, warps: int = 4) -> bool:
+    """Whether this process can run ``op`` for ``head_dim`` with CTAs of ``warps`` warps
+    (JIT: every valid combination; a bundle: what its manifest lists)."""
+    if mode() == "jit":
+        return warps == 4 or (warps == 8 and head_dim == 128 and op != "merge")
+    try:
+        entry = read_manifest()["kernels"].get(kernel_name(op, head_dim, warps))
+    except BackendUnavailableError:
+        return False
+    return (entry is not None and entry.get("warps", 4) == warps
+            and os.path.isfile(os.path.join(bundle_dir(), str(entry.get("library", "")))))
+
+
+def _load_bundle_kernel(op: str, head_dim: int, warps: int) -> Callable:
+    name = kernel_name(op, head_dim, warps)
     manifest = read_manifest()
     entry = manifest["kernels"].get(name)
     if entry is None:
@@ -129,13 +144,13 @@ def _load_bundle_kernel(op: str, head_dim: int) -> Callable:
     return launch
 
 
-def _load_jit_kernel(op: str, head_dim: int) -> Callable:
+def _load_jit_kernel(op: str, head_dim: int, warps: int) -> Callable:
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
     import cuda.bindings.driver as cuda
 
     from .int2_decode_sm90 import Int2DecodeConfig, compile_decode, compile_merge
 
-    cfg = Int2DecodeConfig(head_dim=head_dim, pair=op == "decode_pair")
+    cfg = Int2DecodeConfig(head_dim=head_dim, pair=op == "decode_pair", warps=warps)
     compiled = (compile_merge if op == "merge" else compile_decode)(cfg)
 
     def launch(*args) -> None:
@@ -145,13 +160,14 @@ def _load_jit_kernel(op: str, head_dim: int) -> Callable:
     return launch
 
 
-def get_kernel(op: str, head_dim: int) -> Callable:
-    """The launcher of ``op`` (one of :data:`OPS`): ``f(*args, stream_handle)`` (cached)."""
-    key = f"{mode()}:{op}:{head_dim}"
+def get_kernel(op: str, head_dim: int, warps: int = 4) -> Callable:
+    """The launcher of ``op`` (one of :data:`OPS`) with CTAs of ``warps`` warps:
+    ``f(*args, stream_handle)`` (cached)."""
+    key = f"{mode()}:{op}:{head_dim}:{warps}"
     with _lock:
         fn = _cache.get(key)
         if fn is None:
-            fn = (_load_jit_kernel(op, head_dim) if mode() == "jit"
-                  else _load_bundle_kernel(op, head_dim))
+            fn = (_load_jit_kernel(op, head_dim, warps) if mode() == "jit"
+                  else _load_bundle_kernel(op, head_dim, warps))
             _cache[key] = fn
     return fn

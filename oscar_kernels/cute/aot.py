@@ -7,9 +7,9 @@ Runs on a machine without a GPU (``CUTE_DSL_ARCH=sm_90a``), in an environment wi
     CUTE_DSL_ARCH=sm_90a /work/cute13/bin/python -m oscar_kernels.cute.aot build \\
         --out oscar_kernels/cute/prebuilt --cuda /usr/local/cuda-13.0
 
-For every static compile key (``head_dim`` in {64, 128}) it ``cute.compile``s the decode
-kernel (query rotation, attention, and for few splits the merge and output rotation in
-one launch) and the separate split merge,
+For every static compile key (``head_dim`` in {64, 128}; GQA class; at head_dim 128 also
+CTAs of 8 warps) it ``cute.compile``s the decode kernel (query rotation, attention, and for
+few splits the merge and output rotation in one launch) and the separate split merge,
 ``export_to_c`` (an object file embedding the sm_90a cubin), then links a ~40 KB shared
 library with a two-function C ABI::
 
@@ -97,13 +97,18 @@ def build(out_dir: str, cuda_home: str, head_dims=HEAD_DIMS) -> dict:
     for d in head_dims:
         cfg = Int2DecodeConfig(head_dim=d)
         pair = Int2DecodeConfig(head_dim=d, pair=True)
-        for op, name, fn, c in (("decode", cfg.name, compile_decode, cfg),
-                                ("decode_pair", pair.name, compile_decode, pair),
-                                ("merge", cfg.merge_name, compile_merge, cfg)):
+        builds = [("decode", cfg.name, compile_decode, cfg),
+                  ("decode_pair", pair.name, compile_decode, pair),
+                  ("merge", cfg.merge_name, compile_merge, cfg)]
+        if d == 128:   # the wide build: 8 warps per CTA (oscar_kernels.cute.plan)
+            for op, c in (("decode", Int2DecodeConfig(head_dim=d, warps=8)),
+                          ("decode_pair", Int2DecodeConfig(head_dim=d, pair=True, warps=8))):
+                builds.append((op, c.name, compile_decode, c))
+        for op, name, fn, c in builds:
             fn(c).export_to_c(out_dir, name)
             lib = _link(out_dir, name, cuda_home)
             kernels[name] = {"op": op, "head_dim": d, "library": os.path.basename(lib),
-                             "arch": "sm_90a"}
+                             "arch": "sm_90a", "warps": c.warps}
     import cutlass  # noqa: F401  (version for the manifest)
     from importlib.metadata import version
 

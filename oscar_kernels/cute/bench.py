@@ -111,6 +111,9 @@ def main(argv=None) -> int:
     ap.add_argument("--breakdown", action="store_true",
                     help="time each launch of the CuTe decode separately (and --splits sweep)")
     ap.add_argument("--splits", type=int, nargs="*", default=[])
+    ap.add_argument("--warps", type=int, default=None, choices=[4, 8],
+                    help="time the cute backend with CTAs of this many warps (default: the "
+                         "plan's choice, oscar_kernels.cute.plan)")
     ap.add_argument("--plot", nargs=2, metavar=("BENCH_DECODE_JSON", "PNG"),
                     help="only draw the roofline PNG from a perf/bench_decode.py result")
     a = ap.parse_args(argv)
@@ -160,6 +163,12 @@ def main(argv=None) -> int:
                 try:
                     fn = lambda: ops.paged_decode_attention(q, cache, *table, rot, out=out,  # noqa
                                                             backend=be, check_bounds=False)
+                    if be == "cute" and a.warps is not None:
+                        from oscar_kernels import cute
+
+                        rk, rv = rot.per_head(h)
+                        fn = lambda: cute.decode(q, cache, *table, rk, rv, d ** -0.5,  # noqa
+                                                 out=out, warps=a.warps)
                     fn()
                     t = time_cuda(fn, warmup=5, rep=a.rep, graph=True, cold_l2=True)
                     row[f"{be}_ms"] = t["median_ms"]

@@ -309,14 +309,10 @@ from cutlass import Float32, Int32, Int64
 # merges its splits when num_splits * group <= FUSED_TAIL_ROWS; CHUNK tokens per chunk;
 # WINDOW_CHUNK_COST INT2 chunks per BF16 window chunk in the warps' balanced ranges;
 # MAX_GROUP query heads per KV head; MAX_SPLITS splits at most; the split heuristic plans
-# for CTAS_PER_SM resident CTAs, the launch bound below.
-from . import (CHUNK, CTAS_PER_SM, FUSED_TAIL_ROWS, MAX_GROUP, MAX_SPLITS, TRACE_OFFSET,
-               WINDOW_CHUNK_COST)
-
-#: Warps per CTA; every warp is an independent KV split.
-NUM_WARPS = 4
-#: Launch bound: registers are capped so this many CTAs fit on an SM (<= 128 registers).
-MIN_CTAS_PER_SM = CTAS_PER_SM
+# for SM_WARPS resident warps per SM (the launch bound below: <= 128 registers per thread);
+# CTA_WARPS the warps per CTA of the two builds.
+from . import (CHUNK, CTA_WARPS, FUSED_TAIL_ROWS, MAX_GROUP, MAX_SPLITS, SM_WARPS,
+               TRACE_OFFSET, WINDOW_CHUNK_COST)
 #: head_dim whose QK runs on the int8 tensor cores (``mma.m16n8k32.u8.s8``): each K code
 #: byte holds its four 2-bit fields at bits 0-1, 2-3, 4-5, 6-7; ``w * 4^(3-i) & 0xC0C0C0C0``
 #: (one IMAD on the FMA pipe, one LOP3) is 64 x the field of quarter i in every byte, so one
@@ -356,10 +352,14 @@ class Int2DecodeConfig:
     head_dim: int
     #: GQA ratios <= 4 only: two chunks per softmax pass (see ``_int2_pair``)
     pair: bool = False
+    #: Warps per CTA (every warp an independent KV split): 4 (4 CTAs per SM) or 8 (2 CTAs
+    #: per SM, head_dim 128 only: the query / output rotation gives each warp an M tile)
+    warps: int = 4
 
     @property
     def name(self) -> str:
-        return f"int2_decode{'_pair' if self.pair else ''}_sm90_d{self.head_dim}"
+        wide = "_w8" if self.warps == 8 else ""
+        return f"int2_decode{'_pair' if self.pair else ''}{wide}_sm90_d{self.head_dim}"
 
     @property
     def merge_name(self) -> str:
@@ -642,8 +642,12 @@ class Int2PagedDecodeSm90:
         d = config.head_dim
         if d not in (64, 128):
             raise ValueError(f"head_dim: expected 64 or 128, got {d}")
+        if config.warps not in CTA_WARPS or (d // 16) % config.warps != 0:
+            raise ValueError(f"warps: expected one of {CTA_WARPS} dividing head_dim / 16 = "
+                             f"{d // 16}, got {config.warps}")
         self.config = config
         self.d = d
+        self.nw = config.warps         # warps per CTA
         self.ksteps = d // 16          # QK K steps
         self.mtiles = d // 16          # PV M tiles
         self.nbk = d // 16             # K-code bytes per thread and token
@@ -657,13 +661,13 @@ class Int2PagedDecodeSm90:
         self.stage_bytes = 2 * CHUNK * self.row_bytes + 2 * CHUNK * 4
         self.stages = STAGES[d]
         self.combine_bytes = (MAX_GROUP + MAX_GROUP * d) * 4   # per warp: lse2[8], o[8][d]
-        self.ring_bytes = NUM_WARPS * self.stages * self.stage_bytes
+        self.ring_bytes = self.nw * self.stages * self.stage_bytes
         # ring + q rows (float32) + q' (bf16)
-        self.smem_bytes = self.ring_bytes + MAX_GROUP * d * (4 + 2) + NUM_WARPS * 2 * P_TILE
-        assert NUM_WARPS * self.combine_bytes <= self.ring_bytes
-        merge_bytes = (FUSED_TAIL_ROWS + MAX_GROUP * d + TAIL_ROWS * d) * 4
+        self.smem_bytes = self.ring_bytes + MAX_GROUP * d * (4 + 2) + self.nw * 2 * P_TILE
+        assert self.nw * self.combine_bytes <= self.ring_bytes
+        merge_bytes = (32 * self.nw + MAX_GROUP * d + TAIL_ROWS * d) * 4
         assert merge_bytes <= self.ring_bytes
-        assert FUSED_TAIL_ROWS == 32 * NUM_WARPS   # one lse partial per thread in the tail
+        assert FUSED_TAIL_ROWS <= 32 * self.nw   # one lse partial per thread in the tail
 
     # ---------------------------------------------------------- channel maps
     def pv_channel(self, mt: int, rh: int, g):
@@ -687,10 +691,10 @@ class Int2PagedDecodeSm90:
                     stride_slot, stride_head, sink, recent, num_splits, rk_stride, rv_stride,
                     q_kind, q_stride_b, q_stride_h, o_kind, o_stride_b, o_stride_h,
                     scale_log2).launch(grid=(num_splits, num_kv_heads, batch_size),
-                                       block=(32 * NUM_WARPS, 1, 1), stream=stream,
+                                       block=(32 * self.nw, 1, 1), stream=stream,
                                        smem=self.smem_bytes,
-                                       max_number_threads=[32 * NUM_WARPS, 1, 1],
-                                       min_blocks_per_mp=MIN_CTAS_PER_SM,
+                                       max_number_threads=[32 * self.nw, 1, 1],
+                                       min_blocks_per_mp=SM_WARPS // self.nw,
                                        preferred_smem_carveout=100)
 
     # ---------------------------------------------------------- the kernel
@@ -714,8 +718,8 @@ class Int2PagedDecodeSm90:
         g = lane // 4
         quad = lane % 4
         num_qo_heads = num_kv_heads * group
-        nsw = num_splits * NUM_WARPS
-        wsplit = split * NUM_WARPS + warp
+        nsw = num_splits * self.nw
+        wsplit = split * self.nw + warp
         cta = (b * num_kv_heads + h) * num_splits + split   # debug trace slot
         _trace(counter_ptr, cta, 0, tidx)
         smem = cute.arch.get_dyn_smem(cutlass.Int8, alignment=16).toint()
@@ -726,14 +730,14 @@ class Int2PagedDecodeSm90:
         # ---- L2 prefetch, from split 0 only, of R_K[h] (the later rows of the query
         # rotation) and of R_V[h] (the merge tail / merge kernel reads it). Every split
         # prefetching R_K cost qwen3-8b batch 1 (528 CTAs) several us of L2 requests.
-        lines = d * d * 2 // 128 // (32 * NUM_WARPS)    # fp16 operands: d * d * 2 bytes
+        lines = d * d * 2 // 128 // (32 * self.nw)    # fp16 operands: d * d * 2 bytes
         if split == 0:
             rk_rows = rk_ptr + Int64(h) * Int64(rk_stride) * 4 + Int64(tidx) * 128
             for i in cutlass.range_constexpr(lines):
-                _prefetch_l2(rk_rows + i * (32 * NUM_WARPS * 128))
+                _prefetch_l2(rk_rows + i * (32 * self.nw * 128))
             rv_rows = rv_ptr + Int64(h) * Int64(rv_stride) * 4 + Int64(tidx) * 128
             for i in cutlass.range_constexpr(lines):
-                _prefetch_l2(rv_rows + i * (32 * NUM_WARPS * 128))
+                _prefetch_l2(rv_rows + i * (32 * self.nw * 128))
 
         # ---- sequence geometry loads (all on device; CUDA-graph safe): in flight while the
         # CTA rotates its query rows
@@ -827,7 +831,7 @@ class Int2PagedDecodeSm90:
                 _cp_commit()
 
         if cutlass.const_expr("rot" in _DEBUG):   # debug: q' = 1 (no rotation)
-            for e in cutlass.range(tidx, MAX_GROUP * d // 2, 32 * NUM_WARPS):
+            for e in cutlass.range(tidx, MAX_GROUP * d // 2, 32 * self.nw):
                 _sts_i32(s_q + e * 4, Int32(0x3F803F80))
             cute.arch.sync_threads()
         _trace(counter_ptr, cta, 1, tidx)
@@ -1026,17 +1030,17 @@ class Int2PagedDecodeSm90:
         # ---- combine the CTA's warps: one partial (lse2, o) per (sequence, head, split)
         # (pair kernel: head column h + 4 is a second partial of head h in every warp)
         cols = 2 if cutlass.const_expr(self.pair and not self.hl) else 1
-        for e in cutlass.range(tidx, group * d, 32 * NUM_WARPS):
+        for e in cutlass.range(tidx, group * d, 32 * self.nw):
             head = e // d
             ch = e - head * d
             mx = Float32(NEG_INF)
-            for w in cutlass.range_constexpr(NUM_WARPS):
+            for w in cutlass.range_constexpr(self.nw):
                 for k in cutlass.range_constexpr(cols):
                     mx = _fmax(mx, _lds_f32(cbase + w * self.combine_bytes + (head + 4 * k) * 4))
             tot = Float32(0.0)
             val = Float32(0.0)
             if mx > Float32(NEG_INF):
-                for w in cutlass.range_constexpr(NUM_WARPS):
+                for w in cutlass.range_constexpr(self.nw):
                     for k in cutlass.range_constexpr(cols):
                         hk = head + 4 * k
                         ww = _ex2(_lds_f32(cbase + w * self.combine_bytes + hk * 4) - mx)
@@ -1225,7 +1229,7 @@ class Int2PagedDecodeSm90:
         d = self.d
         warp = tidx // 32
         lane = tidx % 32
-        mt_w = d // 64
+        mt_w = d // (16 * self.nw)
         ks_n = d // 16
         abase = ptr + (Int64(h) * Int64(stride) + Int64(lane * 4)) * 4
         af = []
@@ -1247,8 +1251,8 @@ class Int2PagedDecodeSm90:
         d = self.d
         af = self._operand_loads(rk_ptr, h, rk_stride, tidx)
         qx = []
-        for i in cutlass.range_constexpr(MAX_GROUP * d // (32 * NUM_WARPS)):
-            e = tidx + i * (32 * NUM_WARPS)
+        for i in cutlass.range_constexpr(MAX_GROUP * d // (32 * self.nw)):
+            e = tidx + i * (32 * self.nw)
             gg = cutlass.min(e // d, group - 1)
             qel = (Int64(b) * Int64(q_stride_b) + Int64(h * group + gg) * Int64(q_stride_h)
                    + Int64(e - (e // d) * d))
@@ -1268,10 +1272,10 @@ class Int2PagedDecodeSm90:
         lane = tidx % 32
         g = lane // 4
         quad = lane % 4
-        mt_w = d // 64
+        mt_w = d // (16 * self.nw)
         ks_n = d // 16
-        for i in cutlass.range_constexpr(MAX_GROUP * d // (32 * NUM_WARPS)):
-            e = tidx + i * (32 * NUM_WARPS)
+        for i in cutlass.range_constexpr(MAX_GROUP * d // (32 * self.nw)):
+            e = tidx + i * (32 * self.nw)
             if e < group * d:
                 _sts_f32(s_x + e * 4, qx[i])
         cute.arch.sync_threads()
@@ -1305,7 +1309,7 @@ class Int2PagedDecodeSm90:
         nrows = group * num_splits
         row0 = Int64(b) * Int64(num_qo_heads) + Int64(h * group)   # (b, first head) row
         s_w = cbase
-        s_or = s_w + FUSED_TAIL_ROWS * 4
+        s_or = s_w + 32 * self.nw * 4     # one lse slot per thread
         s_op = s_or + MAX_GROUP * d * 4
         obase = opart_ptr + row0 * Int64(num_splits) * (d * 4)
         self._tail_rows(obase, 0, nrows, s_op, tidx)
@@ -1314,10 +1318,10 @@ class Int2PagedDecodeSm90:
         if tidx < nrows:
             l_t = _ldcg_f32(lsepart_ptr + (row0 * num_splits + Int64(tidx)) * 4)
         af = self._operand_loads(rv_ptr, h, rv_stride, tidx)
-        _sts_f32(s_w + tidx * 4, l_t)     # FUSED_TAIL_ROWS == threads: every row slot
+        _sts_f32(s_w + tidx * 4, l_t)     # threads >= FUSED_TAIL_ROWS: every row slot
         cute.arch.sync_threads()
         # weights per head (one warp per head; num_splits <= FUSED_TAIL_ROWS): w_s / sum w
-        for gg in cutlass.range(warp, group, NUM_WARPS):
+        for gg in cutlass.range(warp, group, self.nw):
             lv = cute.make_rmem_tensor((FUSED_TAIL_ROWS // 32,), Float32)
             mx = Float32(NEG_INF)
             for i in cutlass.range_constexpr(FUSED_TAIL_ROWS // 32):
@@ -1352,7 +1356,7 @@ class Int2PagedDecodeSm90:
         cute.arch.sync_threads()
         # o'[g, c] = sum_s w[g, s] o_part[g, s, c]: thread t sums channel t % d of the heads
         # g = t // d (mod 128 / d), TAIL_ROWS rows a block
-        hstep = 32 * NUM_WARPS // d
+        hstep = 32 * self.nw // d
         ch = tidx % d
         ho = tidx // d
         accs = cute.make_rmem_tensor((MAX_GROUP // hstep,), Float32)
@@ -1385,9 +1389,9 @@ class Int2PagedDecodeSm90:
         g = lane // 4
         quad = lane % 4
         bf, inv_n = self._rows_b_frags(s_or, group, g, quad)
-        for j in cutlass.range_constexpr(d // 64):
+        for j in cutlass.range_constexpr(d // (16 * self.nw)):
             c = self._mma_f16_tile(af, j, bf)
-            ch_o = (warp * (d // 64) + j) * 16 + g
+            ch_o = (warp * (d // (16 * self.nw)) + j) * 16 + g
             for r in cutlass.range_constexpr(4):
                 n = 2 * quad + r % 2
                 if n < group:
@@ -1400,8 +1404,8 @@ class Int2PagedDecodeSm90:
         ``nrows`` zero-filled, nothing read) into ``s_op``; no commit."""
         d = self.d
         per_row = d // 4                       # 16-byte pieces per row of d float32
-        for j in range(TAIL_ROWS * per_row // (32 * NUM_WARPS)):
-            i = tidx + j * (32 * NUM_WARPS)
+        for j in range(TAIL_ROWS * per_row // (32 * self.nw)):
+            i = tidx + j * (32 * self.nw)
             r = i // per_row
             col = i - r * per_row
             _cp_async16_if(e0 + r, nrows, s_op + i * 16,

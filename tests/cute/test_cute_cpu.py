@@ -53,7 +53,13 @@ def test_prebuilt_bundle_has_every_op_per_head_dim(monkeypatch):
     for d in (64, 128):
         for op in _bundle.OPS:
             entry = kernels[_bundle.kernel_name(op, d)]
-            assert (entry["op"], entry["head_dim"]) == (op, d)
+            assert (entry["op"], entry["head_dim"], entry["warps"]) == (op, d, 4)
+    # the wide build (8 warps per CTA) of both decode ops, head_dim 128 only
+    for op in ("decode", "decode_pair"):
+        entry = kernels[_bundle.kernel_name(op, 128, 8)]
+        assert (entry["op"], entry["head_dim"], entry["warps"]) == (op, 128, 8)
+        assert _bundle.has_kernel(op, 128, 8) and not _bundle.has_kernel(op, 64, 8)
+    assert len(kernels) == 2 * len(_bundle.OPS) + 2
     assert _bundle._ARGTYPES["decode_pair"] == _bundle._ARGTYPES["decode"]
     assert cute.PAIR_MAX_GROUP == 4   # the pair kernel holds the heads in MMA columns 0-3
 
@@ -103,6 +109,27 @@ def test_num_splits_depends_on_shapes_only(batch_size, num_kv_heads, group, want
     assert 1 <= got <= cute.MAX_SPLITS
 
 
+@pytest.mark.parametrize("batch_size,num_kv_heads,group,head_dim,want", [
+    (8, 8, 4, 128, (8, 4)),      # one wave of 256 wide CTAs, 16 partial rows
+    (2, 8, 4, 128, (8, 16)),     # 64 rows: still two round trips of the fused tail
+    (32, 8, 4, 128, (8, 1)),
+    (32, 1, 8, 128, (8, 8)),     # 8 x 8 = 64 rows
+    (256, 1, 8, 128, (8, 1)),
+    (1, 8, 4, 128, (4, 49)),     # wide: 33 splits x 4 = 132 rows -> 4 warps, merge kernel
+    (8, 1, 8, 128, (4, 49)),
+    (16, 1, 8, 128, (4, 24)),    # wide: 16 x 8 = 128 rows in four round trips -> 4 warps
+    (64, 8, 4, 128, (4, 1)),     # wide: 512 CTAs are two waves -> 4 warps
+    (128, 8, 4, 128, (4, 1)),
+    (50, 8, 4, 128, (4, 6)),
+    (8, 8, 4, 64, (4, 8))])      # head_dim 64: 4 warps only
+def test_plan_picks_the_wide_build_for_one_wave_and_a_short_tail(batch_size, num_kv_heads, group,
+                                                            head_dim, want):
+    assert cute.plan(batch_size, num_kv_heads, 132, group, head_dim) == want
+    # without the wide kernels (an older bundle) every shape runs 4 warps
+    assert cute.plan(batch_size, num_kv_heads, 132, group, head_dim, False) == (
+        4, cute.num_splits_for(batch_size, num_kv_heads, 132, group))
+
+
 def test_auto_falls_back_from_cute_on_cpu(caplog):
     from oscar_kernels.ops import _dispatch
 
@@ -144,6 +171,22 @@ def test_explicit_num_splits_out_of_range_is_a_typed_error(num_splits):
     rot = torch.eye(128)[None]
     with pytest.raises(ValueError, match="num_splits: expected an int in"):
         cute.decode_steps(q, cache, *table, rot, rot, 0.1, num_splits=num_splits)
+
+
+@pytest.mark.parametrize("head_dim,warps", [(128, 2), (128, 16), (64, 8), (128, 8.0)])
+def test_explicit_warps_is_checked(head_dim, warps):
+    """CTAs of 4 warps at every head_dim, 8 at head_dim 128 only: anything else is a typed
+    error naming ``warps`` before any launch."""
+    from oscar_kernels import Int2PagedKVCache
+
+    spec = CacheSpec(num_kv_heads=1, head_dim=head_dim, page_size=16)
+    cache = Int2PagedKVCache.allocate(spec, 4, 1, device="cpu")
+    q = torch.randn(1, 8, head_dim).to(torch.bfloat16)
+    table = [torch.tensor([0, 1], dtype=torch.int32), torch.tensor([0], dtype=torch.int32),
+             torch.tensor([5], dtype=torch.int32), torch.tensor([0], dtype=torch.int32)]
+    rot = torch.eye(head_dim)[None]
+    with pytest.raises(ValueError, match=r"warps: expected None, 4 or \(head_dim 128\) 8"):
+        cute.decode_steps(q, cache, *table, rot, rot, 0.1, warps=warps)
 
 
 @pytest.mark.parametrize("d", [64, 128])

@@ -108,7 +108,19 @@ def _check(spec, seq_lens, gqa, seed, *, dtype=torch.bfloat16):
                                           out=out, backend="cute", return_lse=True)
     torch.cuda.synchronize()
     assert got.data_ptr() == out.data_ptr()
-    got, lse = got.cpu(), lse.cpu()
+    _assert_close(got.cpu(), lse.cpu(), seq_lens, ref32, ref_lse, yard)
+    # both builds whatever the plan picked: CTAs of 4 warps, and at head_dim 128 of 8
+    from oscar_kernels import cute
+
+    rk, rv = rot.per_head(spec.num_kv_heads)
+    for warps in (4, 8) if spec.head_dim == 128 else (4,):
+        out = torch.full(q.shape, float("nan"), dtype=q.dtype, device=dev)
+        got, lse = cute.decode(q, cache, *table, rk, rv, scale, out=out, warps=warps)
+        torch.cuda.synchronize()
+        _assert_close(got.cpu(), lse.cpu(), seq_lens, ref32, ref_lse, yard)
+
+
+def _assert_close(got, lse, seq_lens, ref32, ref_lse, yard):
     for b, n in enumerate(seq_lens):
         if n == 0:
             assert bool((got[b] == 0).all()) and bool(torch.isinf(lse[b]).all())
@@ -180,14 +192,15 @@ def test_cute_decode_strided_q_and_out(dtype):
 @needs_sm90
 @pytest.mark.parametrize("layout", ["NHD", "HND"])
 @pytest.mark.parametrize("num_splits", [1, 3, 5, 12, 16, 17, 61, 128])
-def test_cute_decode_num_splits_and_tickets(num_splits, layout):
+@pytest.mark.parametrize("warps", [4, 8])
+def test_cute_decode_num_splits_and_tickets(num_splits, layout, warps):
     """Any split count 1..MAX_SPLITS merges correctly in the last CTA of each (sequence, KV
     head), and every launch leaves the tickets zero (so repeated calls and graph replays
     start clean)."""
     from oscar_kernels import cute
 
     dev = torch.device("cuda")
-    gen = torch.Generator().manual_seed(31 + num_splits)
+    gen = torch.Generator().manual_seed(31 + num_splits + warps)
     spec = CacheSpec(num_kv_heads=1, head_dim=128, page_size=16, kv_layout=layout)
     cache, table, rot, q = _fill(spec, [6000, 1, 0, 333], gen, 8, dev)
     scale = spec.head_dim ** -0.5
@@ -195,7 +208,8 @@ def test_cute_decode_num_splits_and_tickets(num_splits, layout):
     rk, rv = rot.per_head(spec.num_kv_heads)
     for _ in range(2):
         out = torch.full_like(q, float("nan"))
-        got, lse = cute.decode(q, cache, *table, rk, rv, scale, out=out, num_splits=num_splits)
+        got, lse = cute.decode(q, cache, *table, rk, rv, scale, out=out, num_splits=num_splits,
+                               warps=warps)
         torch.cuda.synchronize()
         assert all(int(t.abs().sum()) == 0 for t in cute._COUNTERS.values())
         got, lse = got.float().cpu(), lse.cpu()
