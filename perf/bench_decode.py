@@ -291,6 +291,12 @@ def main(argv=None) -> int:
                                           warmup=args.warmup, rep=args.rep)
                             row["cute_ms"] = r["median_ms"]
                             row["cute_TBps"] = tbps(row["int2_bytes"], r["median_ms"])
+                            warps, splits = cute_mod.plan(
+                                batch, spec.num_kv_heads,
+                                torch.cuda.get_device_properties(0).multi_processor_count,
+                                preset["num_qo_heads"] // spec.num_kv_heads, spec.head_dim,
+                                cute_mod._bundle.has_kernel("decode_pair", spec.head_dim, 8))
+                            row["cute_plan"] = f"{warps} warps x {splits} splits"
                         except Exception as exc:  # noqa: BLE001 - unavailable or unsupported
                             row["cute_note"] = f"{type(exc).__name__}: {str(exc)[:160]}"
                     del case, out
@@ -349,7 +355,8 @@ def main(argv=None) -> int:
             ("triton_vs_sdpa", "Triton vs SDPA", ".2f"), ("cute_vs_fi", "CuTe vs FI", ".2f"),
             ("triton_config", "Triton config", ""),
             ("cute_TBps", "CuTe TB/s", ".2f"), ("cute_pct_ceiling", "CuTe % ceiling", ".0f"),
-            ("fi8_ms", "FlashInfer FP8 ms", ".4f"), ("cute_vs_fi8", "CuTe vs FI FP8", ".2f")]
+            ("fi8_ms", "FlashInfer FP8 ms", ".4f"), ("cute_vs_fi8", "CuTe vs FI FP8", ".2f"),
+            ("cute_plan", "CuTe plan", "")]
     table_rows = [dict(r, int2_bytes=round(r["int2_bytes"] / 1e6, 1) if "int2_bytes" in r else None,
                        bf16_bytes=round(r["bf16_bytes"] / 1e6, 1) if "bf16_bytes" in r else None)
                   for r in rows]
