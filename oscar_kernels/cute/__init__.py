@@ -49,6 +49,22 @@ HEAD_DIMS = (64, 128)
 #: chunk's (2 x 16 x head_dim / 4 + 2 x 16 x 4 B), 7.1 at head_dim 128; 4, 7, 10 and 14
 #: measured in session 8 (perf/results/2026-11-29_h200_s8_ab_win_cost_*).
 WINDOW_CHUNK_COST = 7
+#: Split shares of the wide build in a single wave: a split whose CTA is the first one
+#: dispatched to its SM (rank 0: CTA index < #SMs, the grid is split-major) weighs
+#: RANK0_WEIGHT, the others RANK_WEIGHT (the first CTA of an SM gets more issue slots: its
+#: INT2 loop ran ~1.2x faster with equal shares:
+#: perf/results/2026-11-29_h200_trace_decode_*_6edb004.json).
+RANK0_WEIGHT = 5
+RANK_WEIGHT = 4
+#: ... only when every warp's range is at least this many INT2 chunks: with shorter ranges
+#: (start-up dominated) the weights measured up to 3 % slower (llama3-70b-tp8 batch 32 at
+#: 32K, qwen3-8b batch 2 at 32K; perf/results/2026-11-29_h200_s9_ab_ranked_*.txt).
+RANK_MIN_CHUNKS = 32
+#: ... and only with at most this many splits (the grid is split-major then, else
+#: (split, head, sequence)): the split-major order alone measured 1-3.5 % slower with 8-16
+#: splits (llama3-70b-tp8 batch 32, qwen3-8b batch 2), the weights 2-3 % faster on top of
+#: it (perf/results/2026-11-29_h200_s9_ab_grid_order*.txt).
+RANK_MAX_SPLITS = 4
 #: Byte offset of the debug trace slots in the ticket buffer (``OSCAR_CUTE_DEBUG=trace``
 #: builds, ``OSCAR_CUTE_TRACE=1`` hosts: perf/trace_decode.py).
 TRACE_OFFSET = 1 << 18

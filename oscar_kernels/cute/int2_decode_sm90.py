@@ -310,9 +310,11 @@ from cutlass import Float32, Int32, Int64
 # WINDOW_CHUNK_COST INT2 chunks per BF16 window chunk in the warps' balanced ranges;
 # MAX_GROUP query heads per KV head; MAX_SPLITS splits at most; the split heuristic plans
 # for SM_WARPS resident warps per SM (the launch bound below: <= 128 registers per thread);
-# CTA_WARPS the warps per CTA of the two builds.
-from . import (CHUNK, CTA_WARPS, FUSED_TAIL_ROWS, MAX_GROUP, MAX_SPLITS, SM_WARPS,
-               TRACE_OFFSET, WINDOW_CHUNK_COST)
+# CTA_WARPS the warps per CTA of the two builds; RANK0_WEIGHT / RANK_WEIGHT the wide
+# build's split shares by dispatch rank.
+from . import (CHUNK, CTA_WARPS, FUSED_TAIL_ROWS, MAX_GROUP, MAX_SPLITS, RANK0_WEIGHT,
+               RANK_MAX_SPLITS, RANK_MIN_CHUNKS, RANK_WEIGHT, SM_WARPS, TRACE_OFFSET,
+               WINDOW_CHUNK_COST)
 #: head_dim whose QK runs on the int8 tensor cores (``mma.m16n8k32.u8.s8``): each K code
 #: byte holds its four 2-bit fields at bits 0-1, 2-3, 4-5, 6-7; ``w * 4^(3-i) & 0xC0C0C0C0``
 #: (one IMAD on the FMA pipe, one LOP3) is 64 x the field of quarter i in every byte, so one
@@ -648,6 +650,8 @@ class Int2PagedDecodeSm90:
         self.config = config
         self.d = d
         self.nw = config.warps         # warps per CTA
+        # the wide build: split-major grid and rank-weighted split shares (see the kernel)
+        self.ranked = self.nw == 8
         self.ksteps = d // 16          # QK K steps
         self.mtiles = d // 16          # PV M tiles
         self.nbk = d // 16             # K-code bytes per thread and token
@@ -685,12 +689,19 @@ class Int2PagedDecodeSm90:
                  rv_stride: Int32, q_kind: Int32, q_stride_b: Int32, q_stride_h: Int32,
                  o_kind: Int32, o_stride_b: Int32, o_stride_h: Int32, scale_log2: Float32,
                  stream: cuda.CUstream):
+        grid = [num_splits, num_kv_heads, batch_size]
+        if cutlass.const_expr(self.ranked):
+            # split-major for few splits (see the kernel): (head, sequence, split)
+            sm = num_splits <= RANK_MAX_SPLITS
+            grid = [Int32(cutlass.select_(sm, num_kv_heads, num_splits)),
+                    Int32(cutlass.select_(sm, batch_size, num_kv_heads)),
+                    Int32(cutlass.select_(sm, num_splits, batch_size))]
         self.kernel(q_ptr, kc_ptr, kp_ptr, vc_ptr, vp_ptr, kw_ptr, vw_ptr, indptr_ptr,
                     indices_ptr, last_ptr, slots_ptr, opart_ptr, lsepart_ptr, rk_ptr, rv_ptr,
                     o_ptr, lse_ptr, counter_ptr, num_kv_heads, group, page_size, stride_page,
                     stride_slot, stride_head, sink, recent, num_splits, rk_stride, rv_stride,
                     q_kind, q_stride_b, q_stride_h, o_kind, o_stride_b, o_stride_h,
-                    scale_log2).launch(grid=(num_splits, num_kv_heads, batch_size),
+                    scale_log2).launch(grid=grid,
                                        block=(32 * self.nw, 1, 1), stream=stream,
                                        smem=self.smem_bytes,
                                        max_number_threads=[32 * self.nw, 1, 1],
@@ -710,6 +721,11 @@ class Int2PagedDecodeSm90:
                o_stride_h: Int32, scale_log2: Float32):
         d = self.d
         split, h, b = cute.arch.block_idx()
+        if cutlass.const_expr(self.ranked):
+            # the wide build with at most RANK_MAX_SPLITS splits: split-major grid (head,
+            # sequence, split), so a sequence's splits span dispatch ranks (weights below)
+            if num_splits <= RANK_MAX_SPLITS:
+                h, b, split = cute.arch.block_idx()
         tidx, _, _ = cute.arch.thread_idx()
         # warp-uniform: what derives from it (split ranges, ring stages, page blocks) can live
         # in uniform registers (167.5 -> 161.5 SASS per chunk, no divergence guards)
@@ -781,10 +797,38 @@ class Int2PagedDecodeSm90:
         rem = n_win - full * nsw
         if n_int2 >= WINDOW_CHUNK_COST * (full + 1) * nsw:
             tot = n_int2 + WINDOW_CHUNK_COST * n_win
-            w_begin = (wsplit * tot) // nsw - WINDOW_CHUNK_COST * (
-                wsplit * full + cutlass.min(wsplit, rem))
-            w_end = ((wsplit + 1) * tot) // nsw - WINDOW_CHUNK_COST * (
-                (wsplit + 1) * full + cutlass.min(wsplit + 1, rem))
+            if cutlass.const_expr(self.ranked):
+                # rank-weighted shares: in one wave CTA L = h + H (b + B s) is the L // nsm-th
+                # CTA dispatched to its SM, and the first of an SM's two CTAs gets more issue
+                # slots; splits of rank 0 take RANK0_WEIGHT / RANK_WEIGHT the work of the
+                # others (long ranges only: at least RANK_MIN_CHUNKS per warp, where
+                # the measured gains were, and every warp still covers its window work)
+                npairs = num_kv_heads * cute.arch.grid_dim()[1]
+                nsm = cute.arch.nsmid()          # 132 on an H100 / H200 SXM
+                w0 = Int32(RANK_WEIGHT)
+                if num_splits <= RANK_MAX_SPLITS and (
+                        npairs * num_splits <= (SM_WARPS // self.nw) * nsm):
+                    if n_int2 >= cutlass.max(RANK_MIN_CHUNKS,
+                                             2 * WINDOW_CHUNK_COST * (full + 1)) * nsw:
+                        w0 = Int32(RANK0_WEIGHT)
+                # splits s < c0 of this sequence and KV head have rank 0
+                c0 = cutlass.min(num_splits, cutlass.max(
+                    (nsm - h - num_kv_heads * b + npairs - 1) // npairs, 0))
+                wt = w0 * c0 + RANK_WEIGHT * (num_splits - c0)
+                a0 = (tot * (w0 * cutlass.min(split, c0)
+                             + RANK_WEIGHT * cutlass.max(split - c0, 0))) // wt
+                a1 = (tot * (w0 * cutlass.min(split + 1, c0)
+                             + RANK_WEIGHT * cutlass.max(split + 1 - c0, 0))) // wt
+                # work units before this warp's and before the next warp's range
+                w_begin = a0 + (warp * (a1 - a0)) // self.nw - WINDOW_CHUNK_COST * (
+                    wsplit * full + cutlass.min(wsplit, rem))
+                w_end = a0 + ((warp + 1) * (a1 - a0)) // self.nw - WINDOW_CHUNK_COST * (
+                    (wsplit + 1) * full + cutlass.min(wsplit + 1, rem))
+            else:
+                w_begin = (wsplit * tot) // nsw - WINDOW_CHUNK_COST * (
+                    wsplit * full + cutlass.min(wsplit, rem))
+                w_end = ((wsplit + 1) * tot) // nsw - WINDOW_CHUNK_COST * (
+                    (wsplit + 1) * full + cutlass.min(wsplit + 1, rem))
         n_mine = w_end - w_begin
 
         head_row = h * stride_head

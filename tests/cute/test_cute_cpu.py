@@ -242,6 +242,61 @@ def _warp_ranges(n_int2: int, n_win: int, nsw: int, cost: int) -> list[tuple[int
     return out
 
 
+def _warp_ranges_ranked(n_int2: int, n_win: int, splits: int, nw: int, c0: int, w0: int,
+                        cost: int) -> list[tuple[int, int]]:
+    """The wide build's rank-weighted ranges (Int2PagedDecodeSm90.kernel, ``self.ranked``),
+    written again with Python ints: splits s < c0 weigh w0, the others RANK_WEIGHT; a split's
+    units are shared equally by its nw warps; balanced branch only."""
+    from oscar_kernels.cute import RANK_WEIGHT
+
+    nsw = splits * nw
+    full, rem = divmod(n_win, nsw)
+    tot = n_int2 + cost * n_win
+    wt = w0 * c0 + RANK_WEIGHT * (splits - c0)
+    out = []
+    for s in range(splits):
+        a0 = tot * (w0 * min(s, c0) + RANK_WEIGHT * max(s - c0, 0)) // wt
+        a1 = tot * (w0 * min(s + 1, c0) + RANK_WEIGHT * max(s + 1 - c0, 0)) // wt
+        for w in range(nw):
+            k = s * nw + w
+            out.append((a0 + w * (a1 - a0) // nw - cost * (k * full + min(k, rem)),
+                        a0 + (w + 1) * (a1 - a0) // nw - cost * ((k + 1) * full + min(k + 1, rem))))
+    return out
+
+
+@pytest.mark.parametrize("splits", [1, 2, 4, 8, 16, 64])
+def test_rank_weighted_ranges_partition_the_int2_chunks(splits):
+    """Rank-weighted shares (the wide build in one wave, sequences long enough: n_int2 >=
+    max(RANK_MIN_CHUNKS, 2 x cost x (full + 1)) x nsw): contiguous, in order, cover [0, n_int2) once, every warp's
+    range non-empty after its window work, and a rank-0 warp's work (INT2 chunks + cost x
+    window chunks) is RANK0_WEIGHT / RANK_WEIGHT a rank-1 warp's to within rounding."""
+    from oscar_kernels.cute import RANK0_WEIGHT, RANK_WEIGHT
+
+    cost, nw = cute.WINDOW_CHUNK_COST, 8
+    nsw = splits * nw
+    gen = torch.Generator().manual_seed(splits)
+    for _ in range(30):
+        n_win = int(torch.randint(0, 21, (1,), generator=gen))
+        full = n_win // nsw
+        lo = max(cute.RANK_MIN_CHUNKS, 2 * cost * (full + 1)) * nsw
+        n_int2 = lo + int(torch.randint(0, 9000, (1,), generator=gen))
+        for c0 in sorted({0, splits // 2, splits - 1, splits} - {-1}):
+            for w0 in (RANK_WEIGHT, RANK0_WEIGHT):
+                ranges = _warp_ranges_ranked(n_int2, n_win, splits, nw, c0, w0, cost)
+                covered = []
+                for b, e in ranges:
+                    assert 0 <= b < e <= n_int2, (n_int2, n_win, c0, b, e)
+                    covered.extend(range(b, e))
+                assert covered == list(range(n_int2)), (n_int2, n_win, c0)
+                rem = n_win % nsw
+                work = [e - b + cost * (full + (k < rem)) for k, (b, e) in enumerate(ranges)]
+                r0 = [x for k, x in enumerate(work) if k // nw < c0]
+                r1 = [x for k, x in enumerate(work) if k // nw >= c0]
+                if r0 and r1:
+                    ratio = (sum(r0) / len(r0)) / (sum(r1) / len(r1))
+                    assert abs(ratio - w0 / RANK_WEIGHT) < 0.02 + 2 / min(r1), ratio
+
+
 @pytest.mark.parametrize("nsw", [4, 8, 32, 196, 512])
 def test_warp_ranges_partition_the_int2_chunks(nsw):
     """Whichever branch a sequence takes, the warps' INT2 ranges are contiguous, in order and

@@ -224,6 +224,16 @@ def test_cute_decode_num_splits_and_tickets(num_splits, layout, warps):
 
 
 @needs_sm90
+def test_cute_decode_rank_weighted_shares():
+    """One wave of 256 wide CTAs (8 sequences x 8 KV heads x 4 splits, the plan at batch 8)
+    over sequences long enough for rank-weighted shares: the splits of rank 0 (CTA index
+    < #SMs) take more INT2 chunks than the others; every chunk is still attended once."""
+    spec = CacheSpec(num_kv_heads=8, head_dim=128, page_size=16, kv_layout="HND")
+    # RANK_MIN_CHUNKS x 32 warps = 1024 INT2 chunks per sequence and more
+    _check(spec, [17000, 24000, 18100, 30000, 16900, 20001, 22222, 19999], 4, seed=17)
+
+
+@needs_sm90
 def test_cute_decode_batch_256():
     gen = torch.Generator().manual_seed(7)
     lens = torch.randint(1, 1500, (256,), generator=gen).tolist()
