@@ -9,14 +9,18 @@ rotated space, for every (sequence ``b``, KV head ``h``, query head ``g`` of its
     score_t = q'_g . k'_t                                 BF16 sink/recent token
     o'_g    = sum_t p_t s^v_t c^v_t + (sum_t p_t z^v_t) 1  (+ BF16 tokens: p_t v'_t)
 
-Kernels (specialized per ``head_dim`` in {64, 128} and, for the decode, per GQA class;
-everything else is a runtime argument, so the ahead-of-time bundle holds 3 small libraries
-per head_dim):
+Kernels (specialized per ``head_dim`` in {64, 128}, for the decode per GQA class and, at
+head_dim 128, per CTA width; everything else is a runtime argument, so the ahead-of-time
+bundle holds 3 small libraries per head_dim plus the 2 wide decode builds at 128):
 
 * :class:`Int2PagedDecodeSm90` the whole decode in one launch, split over KV: grid
-  ``(num_splits, num_kv_heads, batch_size)``, 4 warps per CTA. ``decode_pair``
+  ``(num_splits, num_kv_heads, batch_size)``, 4 warps per CTA (4 CTAs per SM), or in the
+  wide build (``Int2DecodeConfig(warps=8)``, head_dim 128) 8 warps per CTA (2 per SM),
+  whose grid is split-major, ``(num_kv_heads, batch_size, num_splits)``, with at most
+  ``RANK_MAX_SPLITS`` (4) splits (session 9, below). ``decode_pair``
   (``Int2DecodeConfig(pair=True)``, GQA ratios <= 4, e.g. Qwen3-8B/4B) runs two chunks per
   softmax pass (below); ``decode`` (ratios 5-8, e.g. Llama-3-70B TP8) one.
+  ``oscar_kernels.cute.plan`` picks the width and the split count from the shapes.
 
   1. Prologue: L2 prefetch of ``R_K[h]`` and ``R_V[h]`` from split 0; the CTA's loads of
      the query rotation (its warp's A fragments of ``R_K[h]^T``, 16-byte loads, and q in
@@ -28,13 +32,20 @@ per head_dim):
      tensor on the host (``oscar_kernels.cute.mma_operand``, cached).
   2. Warp ``w`` of split ``s`` owns a contiguous range of 16-token INT2 chunks (one page
      lookup per chunk: ``page_size % 16 == 0``; a 32-entry block of page ids lives in
-     registers, one per lane) plus every ``4 * num_splits``-th BF16 window chunk: the
+     registers, one per lane) plus every ``warps * num_splits``-th BF16 window chunk: the
      first of those (chunk ``wsplit``) runs before the INT2 loop, right after the ring
      prologue is issued; the rest after the loop. The ranges are balanced by bytes: a
      window chunk counts as ``WINDOW_CHUNK_COST`` (7) INT2 chunks, so warps with window
      chunks get shorter INT2 ranges (session 8: qwen3-8b batch 1-8 0.5-3 % faster,
-     llama3-70b-tp8 batch 32 2-4 %).
-  3. The 4 warps are combined through shared memory; each CTA writes one normalized
+     llama3-70b-tp8 batch 32 2-4 %). In the wide build with a split-major grid, one wave
+     and at least ``RANK_MIN_CHUNKS`` (32) chunks per warp, the shares are also weighted by
+     dispatch rank: CTA ``L`` of a single wave is the ``L // #SMs``-th CTA dispatched to its
+     SM, the first of an SM's two CTAs gets more issue slots (its INT2 loop ran 1.2-1.25x
+     faster with equal shares), so rank-0 splits take ``RANK0_WEIGHT / RANK_WEIGHT`` (5/4)
+     the work (session 9: qwen3-8b batch 8 / 16 2.5-3.5 %, llama3-70b-tp8 batch 64 / 128
+     0.5-2 % faster, perf/results/2026-11-29_h200_s9_ab_ranked3_*.txt; the split-major order
+     alone cost 1-3.5 % with 8-16 splits, ..._s9_ab_grid_order*.txt, hence the limit).
+  3. The CTA's warps are combined through shared memory; each CTA writes one normalized
      partial and its base-2 log-sum-exp.
   4. When ``num_splits * group <= FUSED_TAIL_ROWS`` (128): an atomic ticket per
      (sequence, KV head) (``fence.acq_rel.gpu`` + ``atom.add``); the CTA that draws the
@@ -243,7 +254,10 @@ speeds by dispatch order (rank
 0 of 4 ~35 % faster than rank 3 at qwen3-8b batch 32, 64K: older warps are issued first),
 but an SM's total does not change: a per-(sequence, KV head) queue of 32-chunk blocks that
 let the faster CTAs take more work evened the loop times and gained nothing (and cost ~4 %
-more instructions per chunk); perf/results/2026-11-29_h200_trace_decode_dyn_queue_*.
+more instructions per chunk); perf/results/2026-11-29_h200_trace_decode_dyn_queue_*. (Both
+that queue and session 7's rank weights worked on a split-fastest grid, where all splits of
+a sequence share one dispatch rank; with the wide build's split-major grid the rank weights
+do gain, step 2 above.)
 
 Tried and not kept (numbers in perf/results/2026-11-29_h200_cute_session*_sweeps.json,
 ..._session5_experiments.json and ..._session6_*): one S^T accumulator per chunk pair
@@ -269,21 +283,36 @@ more than the 4 FADDs); the QK of both chunks of an iteration before one shared 
 update (stack 88 B, a uniform-register copy per cp.async: 3.32 vs 3.18 ms); K fragments
 unpacked right before each MMA (ptxas schedules the same: 215 vs 211.5 SASS per chunk);
 the fused split-merge tail for up to 320 rows instead of 128 (qwen3-8b batch 1 8K 50 vs
-25.5 us: one CTA pulls the partials too slowly); 8 warps per CTA at 2 CTAs/SM (b8-b32 and
-llama3-70b-tp8 2-4 % faster, qwen3-8b b128 2 % and b1 8K 40 % slower: 32 splits x 4 heads
-go through the slow fused tail).
+25.5 us: one CTA pulls the partials too slowly); 8 warps per CTA at 2 CTAs/SM for every
+shape (b8-b32 and llama3-70b-tp8 2-4 % faster, qwen3-8b b128 2 % and b1 8K 40 % slower: 32
+splits x 4 heads go through the slow fused tail; since session 9 the wide build runs the
+single-wave shapes it wins, see ``oscar_kernels.cute.plan`` for the measurements and the
+shapes it lost); session 9: the split-major grid with 8-16 splits and rank weights on short
+ranges (above).
 
-Resource usage (cuobjdump of the bundle's cubins, ``perf/sass_report.py``, session 8:
-perf/results/2026-11-29_sass_report_s9_shared_max.txt): every decode kernel 128 registers per
-thread (decode D=64 124), no stack, no spills (session 7's builds had 24-40 B stacks:
-decode_pair D=128 two LDLs in the main loop off its fast path, decode D=128 one LDL per two
-chunks on it; earlier builds up to 72 B); 45,056 B dynamic smem at D=128 (ring 36,864 + q
-rows + q' + P tiles; the merge tail reuses the ring). SASS at D=128: ``decode`` 32
+Session 9, the wide build (8 warps per CTA, 2 CTAs per SM, head_dim 128; 05e0397): in a
+single wave every CTA starts, rotates its query, combines its warps and stores its partials
+at the same moment on every SM, and that per-CTA work halves per SM with half as many
+CTAs; the splits of a sequence halve too. qwen3-8b batch 2-32 2.5-9 % faster (batch 8 /
+64K 99 -> 95 us), llama3-70b-tp8 batch 32-256 4-18 %
+(perf/results/2026-11-29_h200_s9_ab_w8_*.txt, ..._s9_warps_sweep.txt); the same session
+gave ``decode`` one running-max update per chunk pair (history above). Each warp of the
+wide build owns one M tile of the query / output rotations (``d / (16 * warps)``), which is
+why head_dim 64 (4 M tiles) has no wide build.
+
+Resource usage (cuobjdump of the bundle's cubins, ``perf/sass_report.py``, session 9:
+perf/results/2026-11-29_sass_report_s9_final.txt): every decode kernel 128 registers per
+thread; the 4-warp builds have no stack and no spills (session 7's builds had 24-40 B
+stacks: decode_pair D=128 two LDLs in the main loop off its fast path, decode D=128 one LDL
+per two chunks on it; earlier builds up to 72 B), the wide builds small stacks outside the
+main loop (decode_pair_w8 24 B, 3 STL; decode_w8 8 B, 1 STL; no spills in the loop);
+45,056 B dynamic smem at D=128 (ring 36,864 + q rows + q' + P tiles; the merge tail reuses
+the ring), 83,968 B in the wide build (ring 73,728). SASS at D=128: ``decode`` 32
 IMMA.16832.U8.S8 (QK) + 96 HMMA.16816 (PV, the query rotation, the output rotation, BF16
 window chunks in two places) + 10 LDSM + 40 LDGSTS (ring and merge-tail rows) + 1 ATOMG;
 ``decode_pair`` 16 IMMA + 96 HMMA + 8 LDSM + 40 LDGSTS; no UTMALDG (see "No TMA" above).
 Fast path per chunk: decode_pair D=128 149.5 SASS, decode D=128 178.5, D=64 113.5 / 130.5;
-merge kernels 56 / 48 registers.
+wide builds 149.5 / 176.5 (80 HMMA, 32 LDGSTS); merge kernels 56 / 48 registers.
 
 Debug builds: ``OSCAR_CUTE_DEBUG`` (read at import, so set it for ``aot build``) compiles in
 phase skips (timing only) or the %globaltimer trace; unset, the kernels are byte-identical
@@ -1268,7 +1297,7 @@ class Int2PagedDecodeSm90:
     def _operand_loads(self, ptr, h, stride, tidx):
         """This warp's A fragments of a host-prepared ``d x d`` fp16 operand
         (``oscar_kernels.cute.mma_operand``, ``[mt][ks][lane][4 x b32]``, head stride
-        ``stride`` words): M tiles ``warp * d/64 + j``, all ``d/16`` K steps, one 16-byte
+        ``stride`` words): M tiles ``warp * d/(16 nw) + j``, all ``d/16`` K steps, one 16-byte
         load each, all in flight at once."""
         d = self.d
         warp = tidx // 32
@@ -1289,7 +1318,7 @@ class Int2PagedDecodeSm90:
         round trip overlaps the sequence geometry and page-id loads): this warp's A fragments
         of ``R_K^T`` and this thread's q elements. ``rk_ptr`` is the host-prepared operand
         (:func:`oscar_kernels.cute.rk_operand`): ``R_K^T`` in fp16, already in A-fragment
-        order ``[mt][ks][lane][4 x b32]``, so warp ``w`` loads its ``d / 64`` M tiles x
+        order ``[mt][ks][lane][4 x b32]``, so warp ``w`` loads its ``d / (16 nw)`` M tiles x
         ``d / 16`` K steps as 16-byte loads, all in flight at once (32 KB per head at
         ``d = 128``, half the bytes of float32)."""
         d = self.d
