@@ -295,7 +295,8 @@ def main(argv=None) -> int:
                                 batch, spec.num_kv_heads,
                                 torch.cuda.get_device_properties(0).multi_processor_count,
                                 preset["num_qo_heads"] // spec.num_kv_heads, spec.head_dim,
-                                cute_mod._bundle.has_kernel("decode_pair", spec.head_dim, 8))
+                                cute_mod.wide_available(
+                                    preset["num_qo_heads"] // spec.num_kv_heads, spec.head_dim))
                             row["cute_plan"] = f"{warps} warps x {splits} splits"
                         except Exception as exc:  # noqa: BLE001 - unavailable or unsupported
                             row["cute_note"] = f"{type(exc).__name__}: {str(exc)[:160]}"

@@ -58,7 +58,7 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16) -
     out = torch.empty_like(q)
     warps, splits = cute.plan(batch_size, h, torch.cuda.get_device_properties(dev)
                               .multi_processor_count, hq // h, d,
-                              cute._bundle.has_kernel("decode_pair", d, 8))
+                              cute.wide_available(hq // h, d))
     flush = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
     ncta = batch_size * h * splits
     for _ in range(4):

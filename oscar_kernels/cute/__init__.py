@@ -174,6 +174,17 @@ def plan(batch_size: int, num_kv_heads: int, num_sms: int, group: int, head_dim:
     return 4, splits
 
 
+def decode_op(group: int) -> str:
+    """The bundle op that runs a GQA ratio: ``decode_pair`` up to ``PAIR_MAX_GROUP``, else
+    ``decode``."""
+    return "decode_pair" if group <= PAIR_MAX_GROUP else "decode"
+
+
+def wide_available(group: int, head_dim: int) -> bool:
+    """Whether this process has the wide (8-warp) build of the decode op for ``group``."""
+    return _bundle.has_kernel(decode_op(group), head_dim, 8)
+
+
 def _row_strides(spec) -> tuple[int, int, int]:
     """(page, slot, head) strides in rows of ``head_dim / 4`` code bytes."""
     if spec.kv_layout == "NHD":
@@ -221,8 +232,7 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
     if warps is None or num_splits is None:
         sms = torch.cuda.get_device_properties(dev).multi_processor_count
         if warps is None:
-            warps, planned = plan(batch_size, h, sms, group, d,
-                                  _bundle.has_kernel("decode_pair", d, 8))
+            warps, planned = plan(batch_size, h, sms, group, d, wide_available(group, d))
         else:
             planned = num_splits_for(batch_size, h, sms, group, warps)
         num_splits = planned if num_splits is None else num_splits
@@ -252,7 +262,7 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
             _kind(o.dtype), o.stride(0), o.stride(1)]
     scale_log2 = float(sm_scale) * math.log2(math.e)
     # GQA ratio <= 4: the kernel specialized to run two chunks per softmax pass
-    kernel = _bundle.get_kernel("decode_pair" if group <= PAIR_MAX_GROUP else "decode", d, warps)
+    kernel = _bundle.get_kernel(decode_op(group), d, warps)
 
     def run_decode():
         # q @ R_K, attention over this CTA's split, and (fused tail) in the last CTA of each

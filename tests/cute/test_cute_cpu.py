@@ -60,6 +60,10 @@ def test_prebuilt_bundle_has_every_op_per_head_dim(monkeypatch):
         assert (entry["op"], entry["head_dim"], entry["warps"]) == (op, 128, 8)
         assert _bundle.has_kernel(op, 128, 8) and not _bundle.has_kernel(op, 64, 8)
     assert len(kernels) == 2 * len(_bundle.OPS) + 2
+    assert cute.decode_op(4) == "decode_pair" and cute.decode_op(5) == "decode"
+    if _bundle.mode() == "bundle":
+        assert cute.wide_available(4, 128) and cute.wide_available(8, 128)
+        assert not cute.wide_available(4, 64)
     assert _bundle._ARGTYPES["decode_pair"] == _bundle._ARGTYPES["decode"]
     assert cute.PAIR_MAX_GROUP == 4   # the pair kernel holds the heads in MMA columns 0-3
 
