@@ -112,8 +112,8 @@ def main(argv=None) -> int:
                     help="time each launch of the CuTe decode separately (and --splits sweep)")
     ap.add_argument("--splits", type=int, nargs="*", default=[])
     ap.add_argument("--warps", type=int, default=None, choices=[4, 8],
-                    help="time the cute backend with CTAs of this many warps (default: the "
-                         "plan's choice, oscar_kernels.cute.plan)")
+                    help="time the cute backend (and --breakdown / --splits) with CTAs of "
+                         "this many warps (default: the plan's choice, oscar_kernels.cute.plan)")
     ap.add_argument("--plot", nargs=2, metavar=("BENCH_DECODE_JSON", "PNG"),
                     help="only draw the roofline PNG from a perf/bench_decode.py result")
     a = ap.parse_args(argv)
@@ -147,7 +147,7 @@ def main(argv=None) -> int:
                 for ns in [None] + a.splits:
                     out = torch.empty_like(q)
                     steps, _ = cute.decode_steps(q, cache, *table, rk, rv, d ** -0.5, out=out,
-                                                 num_splits=ns)
+                                                 num_splits=ns, warps=a.warps)
                     for name, fn in steps:
                         fn()
                     key = "auto" if ns is None else f"ns{ns}"
