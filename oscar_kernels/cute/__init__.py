@@ -44,7 +44,7 @@ FUSED_TAIL_ROWS = 128
 WIDE_MAX_ROWS = 64
 HEAD_DIMS = (64, 128)
 #: A BF16 window chunk in INT2 chunks when the kernel balances its warps' ranges (warp w runs
-#: window chunks w, w + 4 * num_splits, ..; its INT2 range is shorter by this much per
+#: window chunks w, w + warps * num_splits, ..; its INT2 range is shorter by this much per
 #: window chunk): the bytes of a window chunk (16 tokens x head_dim x 2 x 2 B) over an INT2
 #: chunk's (2 x 16 x head_dim / 4 + 2 x 16 x 4 B), 7.1 at head_dim 128; 4, 7, 10 and 14
 #: measured in session 8 (perf/results/2026-11-29_h200_s8_ab_win_cost_*).
@@ -112,9 +112,10 @@ def can_implement(op: str, *, device, spec, num_qo_heads: int, dtype) -> None:
 def num_splits_for(batch_size: int, num_kv_heads: int, num_sms: int, group: int = 1,
                    warps: int = 4) -> int:
     """CTAs per (sequence, KV head) for CTAs of ``warps`` warps: as many as fit in one wave
-    of ``SM_WARPS // warps`` CTAs per SM (rounded down: a second, partly filled wave of long CTAs costs more than it brings;
-    measured qwen3-8b batch 8 at 32K: 8 splits 0.112 ms vs 9 splits 0.128 ms; llama3-70b-tp8
-    batch 128 at 128K: 4 splits 0.606 ms vs 5 splits 0.635 ms). When the last wave of that
+    of ``SM_WARPS // warps`` CTAs per SM (rounded down: a second, partly filled wave of long
+    CTAs costs more than it brings; measured with 4 warps: qwen3-8b batch 8 at 32K: 8
+    splits 0.112 ms vs 9 splits 0.128 ms; llama3-70b-tp8 batch 128 at 128K: 4 splits 0.606
+    ms vs 5 splits 0.635 ms). When the last wave of that
     choice would be less than ``WAVE_FILL`` full, the KV is split finer, into about four
     waves of shorter CTAs that balance over the SMs (qwen3-8b at 100K on an H200: batch 50,
     400 CTAs on 528 slots, 2 / 6 splits 1.088 / 0.987 ms; batch 100, 1.5 waves, 1 / 3 / 4
