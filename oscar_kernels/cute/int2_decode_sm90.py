@@ -840,7 +840,9 @@ class Int2PagedDecodeSm90:
                     if n_int2 >= cutlass.max(RANK_MIN_CHUNKS,
                                              2 * WINDOW_CHUNK_COST * (full + 1)) * nsw:
                         w0 = Int32(RANK0_WEIGHT)
-                # splits s < c0 of this sequence and KV head have rank 0
+                # splits s < c0 of this sequence and KV head have rank 0 (npairs and c0
+                # assume the split-major grid; otherwise w0 == RANK_WEIGHT and every split
+                # weighs the same, whatever c0 is: equal shares, still an exact partition)
                 c0 = cutlass.min(num_splits, cutlass.max(
                     (nsm - h - num_kv_heads * b + npairs - 1) // npairs, 0))
                 wt = w0 * c0 + RANK_WEIGHT * (num_splits - c0)
