@@ -41,6 +41,24 @@ def _stats(x: torch.Tensor) -> dict:
             "max": float(s[-1])}
 
 
+def sm_idle(end: torch.Tensor, sm: torch.Tensor) -> dict:
+    """How long each SM that ran CTAs sat idle before the call's last CTA ended.
+
+    ``end``: per-CTA end stamps (us, NaN for missing), ``sm``: per-CTA SM ids. Returns the
+    order statistics of ``max(end) - (the SM's last end)`` over SMs with CTAs and
+    ``idle_fraction``: their mean over ``max(end)`` -- the share of SM time a perfectly
+    balanced split of the same work would give back (at most; the work itself would not
+    speed up)."""
+    e = end.nan_to_num(float("-inf"))
+    last = torch.full((int(sm.max()) + 1,), float("-inf"), dtype=e.dtype)
+    last = last.scatter_reduce(0, sm.long(), e, reduce="amax")
+    last = last[torch.isfinite(last)]
+    idle = float(last.max()) - last
+    out = _stats(idle)
+    out["idle_fraction"] = float(idle.mean()) / float(last.max())
+    return out
+
+
 def trace_call(model: str, batch_size: int, context: int, page_size: int = 16) -> dict:
     from oscar_kernels import CacheSpec, LayerRotation, cute, ops
     from oscar_kernels.cute.bench import MODELS, make_cache
@@ -102,6 +120,9 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16) -
     # per CTA (index (b * kv_heads + h) * splits + split): smid, INT2-loop time
     row["per CTA smid"] = [int(x) for x in sm]
     row["per CTA int2 loop us"] = [round(float(x), 2) for x in loop]
+    row["SM idle before the last CTA ends"] = sm_idle(t[:, 6], sm)
+    row["SM idle before the last INT2 loop ends"] = sm_idle(t[:, 2], sm)
+    row["per CTA stamps us"] = [[None if x != x else round(float(x), 2) for x in r] for r in t]
     row["last CTA to end"] = [round(float(x), 2) for x in t[int(t[:, 6].nan_to_num(-1).argmax())]]
     return row
 
@@ -125,6 +146,10 @@ def main(argv=None) -> int:
                 v = row[k]
                 cols = ("min", "med", "p90", "max")
                 print(f"  {k:22s} " + ("  ".join(f"{s} {v[s]:7.2f}" for s in cols) if v else "-"))
+            for k in ("SM idle before the last CTA ends", "SM idle before the last INT2 loop ends"):
+                v = row[k]
+                print(f"  {k}: med {v['med']:.2f} p90 {v['p90']:.2f} max {v['max']:.2f} us, "
+                      f"{100 * v['idle_fraction']:.1f} % of SM time")
             print(f"  last CTA to end (stamps 0-6, us): {row['last CTA to end']}")
             sys.stdout.flush()
     if a.out:

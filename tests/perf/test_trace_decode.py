@@ -48,3 +48,26 @@ def test_gpu_probe_scripts_parse_their_arguments_without_a_gpu(script, capsys):
         mod.main(["--help"])
     assert exc.value.code == 0
     assert "usage" in capsys.readouterr().out
+
+
+def test_sm_idle_counts_each_sms_last_end():
+    mod = _module()
+    # SM 0: CTAs ending at 10 and 30; SM 2: 20 and 40 (the last); SM 1 ran nothing
+    end = torch.tensor([10.0, 30.0, 20.0, 40.0, float("nan")], dtype=torch.float64)
+    sm = torch.tensor([0, 0, 2, 2, 2])
+    s = mod.sm_idle(end, sm)
+    assert (s["min"], s["max"]) == (0.0, 10.0)
+    assert abs(s["idle_fraction"] - 5.0 / 40.0) < 1e-12
+
+
+def test_floor_targets_and_stream_sweep():
+    mod = load("floor.py")
+    row = {"int2_bytes": 4.0e8, "batch": 8, "context": 65536, "fi_ms": 0.5}
+    t = mod.targets(row, 4.0)
+    assert abs(t["t80_us"] - 125.0) < 1e-9 and t["fi_factor"] == 5 and t["tfi_us"] == 100.0
+    assert mod.targets(dict(row, batch=1), 4.0)["fi_factor"] == 3
+    assert "fi_factor" not in mod.targets(dict(row, context=32768), 4.0)
+    # every config reads at least one block per program; tiny reads still get one config
+    for nbytes in (1000, 700_000, 10**9):
+        cfgs = mod.stream_configs(nbytes, 132)
+        assert cfgs and all(p * b <= max(nbytes // 4, b) for p, b, _ in cfgs)
