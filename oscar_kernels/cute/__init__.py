@@ -52,19 +52,26 @@ WINDOW_CHUNK_COST = 7
 #: Split shares of the wide build in a single wave: a split whose CTA is the first one
 #: dispatched to its SM (rank 0: CTA index < #SMs, the grid is split-major) weighs
 #: RANK0_WEIGHT, the others RANK_WEIGHT (the first CTA of an SM gets more issue slots: its
-#: INT2 loop ran ~1.2x faster with equal shares:
-#: perf/results/2026-11-29_h200_trace_decode_*_6edb004.json).
-RANK0_WEIGHT = 5
-RANK_WEIGHT = 4
-#: ... only when every warp's range is at least this many INT2 chunks: with shorter ranges
-#: (start-up dominated) the weights measured up to 3 % slower (llama3-70b-tp8 batch 32 at
-#: 32K, qwen3-8b batch 2 at 32K; perf/results/2026-11-29_h200_s9_ab_ranked_*.txt).
-RANK_MIN_CHUNKS = 32
+#: INT2 loop ran ~1.2x faster with equal shares, perf/results/2026-11-29_h200_trace_decode_*
+#: _6edb004.json, and its rank-1 partner also starts its loop later). 5/4 in session 9; the
+#: session-10 trace (..._trace_decode_*_85a32f1.json) still had rank-1 loops ending 6-11 %
+#: later, and 3/2 measured 1-2 % faster than 5/4 (qwen3-8b batch 8, llama3-70b-tp8 batch
+#: 64 / 128), 7/4 and 2/1 slower (perf/results/2026-11-29_h200_s10_ab_rank_weight*.txt).
+RANK0_WEIGHT = 3
+RANK_WEIGHT = 2
+#: ... only when every warp's range is at least this many INT2 chunks (and covers twice its
+#: window work: 2 x WINDOW_CHUNK_COST = 14 chunks with one window chunk per warp). 32 with 5/4 weights (session 9: shorter ranges measured up to 3 % slower);
+#: with 3/2, 8 was as fast as 16 and 24 or faster: qwen3-8b batch 8 / 16K 3 %, llama3-70b-tp8
+#: batch 64 / 8K-16K 2-4.5 % faster than session 9's rule (..._s10_ab_rank_min_chunks.txt,
+#: ..._s10_ab_rank_short.txt).
+RANK_MIN_CHUNKS = 8
 #: ... and only with at most this many splits (the grid is split-major then, else
-#: (split, head, sequence)): the split-major order alone measured 1-3.5 % slower with 8-16
-#: splits (llama3-70b-tp8 batch 32, qwen3-8b batch 2), the weights 2-3 % faster on top of
-#: it (perf/results/2026-11-29_h200_s9_ab_grid_order*.txt).
-RANK_MAX_SPLITS = 4
+#: (split, head, sequence)). 4 in session 9 (the split-major order alone measured 1-3.5 %
+#: slower with 8-16 splits, ..._s9_ab_grid_order*.txt); with the 3/2 weights 8 splits gain
+#: at 32K and longer (llama3-70b-tp8 batch 32 2.5-3.2 %, qwen3-8b batch 4 4 %) and lose at
+#: 8K-16K (llama3-70b-tp8 batch 32 3-7 %, qwen3-8b batch 4 / 8K 2 %), where the ranges are
+#: too short for the weights and only the order changes.
+RANK_MAX_SPLITS = 8
 #: Byte offset of the debug trace slots in the ticket buffer (``OSCAR_CUTE_DEBUG=trace``
 #: builds, ``OSCAR_CUTE_TRACE=1`` hosts: perf/trace_decode.py).
 TRACE_OFFSET = 1 << 18

@@ -17,7 +17,7 @@ bundle holds 3 small libraries per head_dim plus the 2 wide decode builds at 128
   ``(num_splits, num_kv_heads, batch_size)``, 4 warps per CTA (4 CTAs per SM), or in the
   wide build (``Int2DecodeConfig(warps=8)``, head_dim 128) 8 warps per CTA (2 per SM),
   whose grid is split-major, ``(num_kv_heads, batch_size, num_splits)``, with at most
-  ``RANK_MAX_SPLITS`` (4) splits (session 9, below). ``decode_pair``
+  ``RANK_MAX_SPLITS`` (8) splits (sessions 9-10, below). ``decode_pair``
   (``Int2DecodeConfig(pair=True)``, GQA ratios <= 4, e.g. Qwen3-8B/4B) runs two chunks per
   softmax pass (below); ``decode`` (ratios 5-8, e.g. Llama-3-70B TP8) one.
   ``oscar_kernels.cute.plan`` picks the width and the split count from the shapes.
@@ -38,13 +38,15 @@ bundle holds 3 small libraries per head_dim plus the 2 wide decode builds at 128
      window chunk counts as ``WINDOW_CHUNK_COST`` (7) INT2 chunks, so warps with window
      chunks get shorter INT2 ranges (session 8: qwen3-8b batch 1-8 0.5-3 % faster,
      llama3-70b-tp8 batch 32 2-4 %). In the wide build with a split-major grid, one wave
-     and at least ``RANK_MIN_CHUNKS`` (32) chunks per warp, the shares are also weighted by
-     dispatch rank: CTA ``L`` of a single wave is the ``L // #SMs``-th CTA dispatched to its
-     SM, the first of an SM's two CTAs gets more issue slots (its INT2 loop ran 1.2-1.25x
-     faster with equal shares), so rank-0 splits take ``RANK0_WEIGHT / RANK_WEIGHT`` (5/4)
-     the work (session 9: qwen3-8b batch 8 / 16 2.5-3.5 %, llama3-70b-tp8 batch 64 / 128
-     0.5-2 % faster, perf/results/2026-11-29_h200_s9_ab_ranked3_*.txt; the split-major order
-     alone cost 1-3.5 % with 8-16 splits, ..._s9_ab_grid_order*.txt, hence the limit).
+     and at least ``RANK_MIN_CHUNKS`` (8) chunks per warp (and twice its window work: 14 with
+     one window chunk), the shares are also weighted by dispatch rank: CTA ``L`` of a single
+     wave is the ``L // #SMs``-th CTA dispatched to its SM, the first of an SM's two CTAs gets
+     more issue slots (its INT2 loop ran 1.2-1.25x faster with equal shares), so rank-0
+     splits take ``RANK0_WEIGHT / RANK_WEIGHT`` (3/2) the work (session 9, 5/4 with at most 4
+     splits and 32 chunks: qwen3-8b batch 8 / 16 2.5-3.5 %, llama3-70b-tp8 batch 64 / 128
+     0.5-2 % faster, perf/results/2026-11-29_h200_s9_ab_ranked3_*.txt; session 10, 3/2 with
+     up to 8 splits and 8 chunks: another 1-4.5 % at 32K-128K, 3-7 % slower for 8 splits at
+     8K-16K, ..._s10_ab_rank_*.txt; the constants in ``oscar_kernels.cute`` say where).
   3. The CTA's warps are combined through shared memory; each CTA writes one normalized
      partial and its base-2 log-sum-exp.
   4. When ``num_splits * group <= FUSED_TAIL_ROWS`` (128): an atomic ticket per

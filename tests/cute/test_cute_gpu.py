@@ -234,6 +234,21 @@ def test_cute_decode_rank_weighted_shares():
 
 
 @needs_sm90
+def test_cute_decode_rank_weighted_shares_8_splits():
+    """The plan at llama3-70b-tp8 batch 32 (1 KV head, GQA 8): 8 warps x 8 splits, one wave
+    of 256 CTAs on the split-major grid; sequences from below RANK_MIN_CHUNKS per warp (equal
+    shares) to far above it (rank-weighted), and an empty one."""
+    from oscar_kernels import cute
+
+    assert cute.plan(32, 1, 132, 8, 128, True) == (8, 8)
+    gen = torch.Generator().manual_seed(23)
+    lens = torch.randint(300, 40000, (32,), generator=gen).tolist()
+    lens[5], lens[9], lens[30] = 0, 9500, 70000
+    spec = CacheSpec(num_kv_heads=1, head_dim=128, page_size=16, kv_layout="HND")
+    _check(spec, lens, 8, seed=29)
+
+
+@needs_sm90
 def test_cute_decode_batch_256():
     gen = torch.Generator().manual_seed(7)
     lens = torch.randint(1, 1500, (256,), generator=gen).tolist()
