@@ -55,9 +55,12 @@ def bytes_moved(spec, batch_size: int, seq_len: int, num_qo_heads: int) -> int:
     return batch_size * (int2 * per_tok_int2 + win * per_tok_bf16 + qo)
 
 
-def plot_roofline(json_path: str, png_path: str) -> None:
+def plot_roofline(json_path: str, png_path: str, floor_path: str | None = None) -> None:
     """Achieved TB/s (bytes each kernel must move / median time) vs context, one panel per
-    (model, batch), from a ``perf/bench_decode.py`` JSON; dashed line: measured read ceiling."""
+    (model, batch), from a ``perf/bench_decode.py`` JSON; dashed line: measured read ceiling;
+    with ``floor_path`` (a ``perf/floor.py`` JSON) a dotted line: the fastest contiguous
+    read of the same INT2 bytes in the same harness (what a pure stream reaches at that
+    size, launch included)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -67,6 +70,11 @@ def plot_roofline(json_path: str, png_path: str) -> None:
         data = json.load(f)
     ceiling = data["read_bandwidth"]["read_TBps"]
     rows = [r for r in data["rows"] if "context" in r and r.get("cute_ms")]
+    floor = {}
+    if floor_path:
+        with open(floor_path) as f:
+            for r in json.load(f)["rows"]:
+                floor[(r["preset"], r["batch"], r["context"])] = r["int2_MB"] / r["stream_us"]
     panels = sorted({(r["preset"], r["batch"]) for r in rows})
     presets = sorted({p for p, _ in panels})
     batches = sorted({b for _, b in panels})
@@ -84,6 +92,12 @@ def plot_roofline(json_path: str, png_path: str) -> None:
                 if pts:
                     ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=color,
                             label=label)
+            if floor:
+                pts = sorted((c, v) for (p, b, c), v in floor.items()
+                             if p == preset and b == batch)
+                if pts:
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], ":", color="0.4",
+                            label="pure read of the INT2 bytes")
             ax.axhline(ceiling, ls="--", color="k", lw=1, label=f"read ceiling {ceiling:.2f}")
             ax.set_xscale("log", base=2)
             ax.set_title(f"{preset}, batch {batch}", fontsize=9)
@@ -116,9 +130,11 @@ def main(argv=None) -> int:
                          "this many warps (default: the plan's choice, oscar_kernels.cute.plan)")
     ap.add_argument("--plot", nargs=2, metavar=("BENCH_DECODE_JSON", "PNG"),
                     help="only draw the roofline PNG from a perf/bench_decode.py result")
+    ap.add_argument("--floor", default=None, metavar="FLOOR_JSON",
+                    help="with --plot: also draw perf/floor.py's pure-read rate per shape")
     a = ap.parse_args(argv)
     if a.plot:
-        plot_roofline(*a.plot)
+        plot_roofline(*a.plot, a.floor)
         return 0
     sys.path.insert(0, os.getcwd())
     from perf.harness import env_header, measure_read_bandwidth, time_cuda, tbps
