@@ -13,10 +13,10 @@ perf/bench_decode.py (CUDA-graph replay, cold L2, median):
   ``int2_bytes``) -- a lower bound on the time of a kernel that must read those bytes
   (the INT2 cache is paged and has a page table to follow first, so a real kernel is
   slower);
-* ``chase``: one thread following a chain of dependent 4-byte loads through a buffer
-  larger than L2 (HBM round trip) and through a small one (L2 round trip, warm) -- the
-  cost of each dependent step a decode needs before its first KV byte (page table) and
-  after its last (split merge).
+* ``chase``: one thread following a chain of dependent 4-byte loads (``ld.global.cg``,
+  past L1) through a buffer larger than L2 (HBM round trip) and through a small one it
+  laps several times (L2 round trip) -- the cost of each dependent step a decode needs
+  before its first KV byte (page table) and after its last (split merge).
 
 With ``--table <bench_decode json>`` it prints, per shape of that table, the times the
 targets require next to the stream floor and the CuTe time of that run.
@@ -102,7 +102,7 @@ if triton is not None:
     def _chase(p_ptr, out_ptr, start, steps):
         idx = start
         for _ in range(steps):
-            idx = tl.load(p_ptr + idx)
+            idx = tl.load(p_ptr + idx, cache_modifier=".cg")   # L2, not L1
         tl.store(out_ptr, idx)
 
 
@@ -137,10 +137,14 @@ def main(argv=None) -> int:
         res["empty_us"][str(grid)] = r["median_ms"] * 1e3
     print(f"[empty] {res['empty_us']}", flush=True)
 
-    # ---- dependent loads: HBM (256 MB chain, cold) and L2 (1 MB chain, warm)
+    # ---- dependent loads: a 256 MB chain (every hop a different 4 KB line: HBM) and a
+    # 1 MB chain of 256 hops walked several times (after its first lap every hop hits L2).
+    # Both cold-L2 timed: the flush before each repetition keeps the GPU busy while the
+    # host launches, so host latency stays out of the differences.
     res["chase"] = {}
     g = torch.Generator(device="cpu").manual_seed(0)
-    for name, nbytes, cold in (("hbm", 256 << 20, True), ("l2", 1 << 20, False)):
+    for name, nbytes, steps_list in (("hbm", 256 << 20, (1, 17, 65)),
+                                     ("l2", 1 << 20, (513, 1025, 2049))):
         n = nbytes // 4
         stride = 1024                            # 4 KB apart: one sector per hop
         nodes = torch.randperm(n // stride, generator=g) * stride
@@ -150,12 +154,12 @@ def main(argv=None) -> int:
         chain = chain.to(dev)
         out = torch.zeros(1, dtype=torch.int32, device=dev)
         t = {}
-        for steps in (1, 17, 65):
+        for steps in steps_list:
             r = time_cuda(lambda steps=steps: _chase[(1,)](chain, out, start, steps,
-                                                             num_warps=1),
-                          rep=a.rep, cold_l2=cold)
+                                                             num_warps=1), rep=a.rep)
             t[steps] = r["median_ms"] * 1e3
-        res["chase"][name] = {"us": t, "per_load_us": (t[65] - t[17]) / 48}
+        lo, hi = steps_list[1], steps_list[2]
+        res["chase"][name] = {"us": t, "per_load_us": (t[hi] - t[lo]) / (hi - lo)}
         print(f"[chase {name}] {t} -> {res['chase'][name]['per_load_us'] * 1e3:.0f} ns per "
               "dependent load", flush=True)
         del chain
