@@ -42,6 +42,9 @@ FUSED_TAIL_ROWS = 128
 #: The wide build (8 warps per CTA) is planned only where its fused tail merges at most this
 #: many partial rows per (sequence, KV head): two 32-row round trips (see :func:`plan`).
 WIDE_MAX_ROWS = 64
+#: ... and, for the pair kernel, with the splits capped at WIDE_MAX_ROWS // group when the
+#: wide plan's tail would be longer, if that leaves at least this many CTAs per SM (see plan)
+CAPPED_MIN_FILL = 7 / 8
 HEAD_DIMS = (64, 128)
 #: A BF16 window chunk in INT2 chunks when the kernel balances its warps' ranges (warp w runs
 #: window chunks w, w + warps * num_splits, ..; its INT2 range is shorter by this much per
@@ -172,13 +175,28 @@ def plan(batch_size: int, num_kv_heads: int, num_sms: int, group: int, head_dim:
       +2-9 %), and several waves of wide CTAs (qwen3-8b batch 50 / 100 +2-7 %, batch 64 / 128
       at 8K +3-8 %; batch 64 / 128 at 100K 3-5 % faster, but the plan cannot see lengths);
     * head_dim 64 keeps 4 warps (its 4 M tiles of the rotations cannot feed 8 warps).
+
+    Session 10: where the wide plan would need more than ``WIDE_MAX_ROWS`` rows, ``decode_pair``
+    (GQA <= 4) takes ``WIDE_MAX_ROWS // group`` splits instead, fused tail and no merge kernel,
+    when that still makes ``CAPPED_MIN_FILL`` x #SMs CTAs or more: qwen3-8b batch 1 (128 CTAs
+    of 16 splits) 5-8.5 % faster at 8K-64K and 1 % at 128K than 4 warps x 49 splits and the
+    merge kernel (perf/results/2026-11-29_h200_s10_split_sweep_*). ``decode`` (GQA 8) keeps
+    4 warps: llama3-70b-tp8 batch 16 with 8 wide splits was 9 % faster at 8K but 3 % slower at
+    128K, batch 12 (96 CTAs) up to 22 % slower.
     """
     splits = num_splits_for(batch_size, num_kv_heads, num_sms, group)
     if head_dim == 128 and wide_available:
+        rows = batch_size * num_kv_heads
         wide = num_splits_for(batch_size, num_kv_heads, num_sms, group, warps=8)
-        one_wave = batch_size * num_kv_heads * wide <= (SM_WARPS // 8) * num_sms
+        one_wave = rows * wide <= (SM_WARPS // 8) * num_sms
         if one_wave and wide * group <= WIDE_MAX_ROWS:
             return 8, wide
+        # the pair kernel with fewer splits than a full wave: the fused tail at WIDE_MAX_ROWS
+        # rows instead of the merge kernel, while about one wide CTA per SM remains
+        capped = WIDE_MAX_ROWS // group
+        if (group <= PAIR_MAX_GROUP and capped < wide
+                and CAPPED_MIN_FILL * num_sms <= rows * capped <= (SM_WARPS // 8) * num_sms):
+            return 8, capped
     return 4, splits
 
 

@@ -119,7 +119,9 @@ def test_num_splits_depends_on_shapes_only(batch_size, num_kv_heads, group, want
     (32, 8, 4, 128, (8, 1)),
     (32, 1, 8, 128, (8, 8)),     # 8 x 8 = 64 rows
     (256, 1, 8, 128, (8, 1)),
-    (1, 8, 4, 128, (4, 49)),     # wide: 33 splits x 4 = 132 rows -> 4 warps, merge kernel
+    (1, 8, 4, 128, (8, 16)),     # wide: 33 splits x 4 = 132 rows; 16 splits: 128 CTAs, 64 rows
+    (1, 4, 4, 128, (4, 99)),     # 16 capped splits would leave 64 CTAs: 4 warps, merge kernel
+    (2, 4, 4, 128, (8, 16)),
     (8, 1, 8, 128, (4, 49)),
     (16, 1, 8, 128, (4, 24)),    # wide: 16 x 8 = 128 rows in four round trips -> 4 warps
     (64, 8, 4, 128, (4, 1)),     # wide: 512 CTAs are two waves -> 4 warps
