@@ -63,8 +63,9 @@ WINDOW_CHUNK_COST = 7
 RANK0_WEIGHT = 3
 RANK_WEIGHT = 2
 #: ... only when every warp's range is at least this many INT2 chunks (and covers twice its
-#: window work: 2 x WINDOW_CHUNK_COST = 14 chunks with one window chunk per warp). 32 with 5/4 weights (session 9: shorter ranges measured up to 3 % slower);
-#: with 3/2, 8 was as fast as 16 and 24 or faster: qwen3-8b batch 8 / 16K 3 %, llama3-70b-tp8
+#: window work: 2 x WINDOW_CHUNK_COST = 14 chunks with one window chunk per warp). 32 with
+#: 5/4 weights (session 9: shorter ranges measured up to 3 % slower); with 3/2, 8 was as
+#: fast as 16 and 24 or faster: qwen3-8b batch 8 / 16K 3 %, llama3-70b-tp8
 #: batch 64 / 8K-16K 2-4.5 % faster than session 9's rule (..._s10_ab_rank_min_chunks.txt,
 #: ..._s10_ab_rank_short.txt).
 RANK_MIN_CHUNKS = 8
