@@ -6,7 +6,10 @@ benchmarks differ at batch 1.
 
 Columns (us, medians of CUDA-graph replays, cold L2): bench_decode's whole case;
 cute.bench's case through ``ops`` and through ``cute.decode``; bench_decode's cache and page
-table with cute.bench's rotation (Hadamard) and query.
+table with cute.bench's rotation (Hadamard) and query; then bench_decode's cache with one
+part swapped at a time: its query with the Hadamard rotation, cute.bench's query with its
+random orthogonal rotation, its rotation materialized per head (no stride-0 expand), and
+its query scaled by 1/8 and by 8.
 """
 
 from __future__ import annotations
@@ -55,6 +58,20 @@ def main(argv=None) -> int:
         print(f"ctx {ctx}: bench_decode case {t_bd:.1f} us | cute.bench case via ops "
               f"{t_ops:.1f} us, via decode {t_cb:.1f} us | bench_decode cache + cute.bench "
               f"rotation/q {t_mix:.1f} us", flush=True)
+        qb, rb = case["q"], case["rot_k"]
+        rb_full = rb.contiguous()
+        parts = {
+            "bd q + Hadamard": (qb, rk, rv),
+            "cb q + bd rotation": (q, rb, rb),
+            "bd rotation per head": (qb, rb_full, rb_full),
+            "bd q / 8": ((qb.float() / 8).to(qb.dtype), rb, rb),
+            "bd q * 8": ((qb.float() * 8).to(qb.dtype), rb, rb),
+        }
+        cols = []
+        for name, (qq, r1, r2) in parts.items():
+            t = us(lambda: cute.decode(qq, case["cache"], *table, r1, r2, scale, out=out2))
+            cols.append(f"{name} {t:.1f}")
+        print(f"ctx {ctx}: " + " | ".join(cols), flush=True)
     return 0
 
 

@@ -62,7 +62,7 @@ def sm_idle(end: torch.Tensor, sm: torch.Tensor) -> dict:
 def trace_call(model: str, batch_size: int, context: int, page_size: int = 16) -> dict:
     from oscar_kernels import CacheSpec, LayerRotation, cute, ops
     from oscar_kernels.cute.bench import MODELS, make_cache
-    from oscar_kernels.cute import TRACE_OFFSET
+    from oscar_kernels.cute import RANK_MAX_SPLITS, TRACE_OFFSET, TRACE_WARP_OFFSET
 
     hq, h, d = MODELS[model]
     # the ticket buffers are reallocated with room for the trace slots (64 B per CTA)
@@ -124,7 +124,51 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16) -
     row["SM idle before the last INT2 loop ends"] = sm_idle(t[:, 2], sm)
     row["per CTA stamps us"] = [[None if x != x else round(float(x), 2) for x in r] for r in t]
     row["last CTA to end"] = [round(float(x), 2) for x in t[int(t[:, 6].nan_to_num(-1).argmax())]]
+    # per warp (lane 0): INT2-loop start and work end (before the CTA's combine)
+    w0 = (TRACE_OFFSET + TRACE_WARP_OFFSET) // 4
+    ws = buf[w0: w0 + ncta * warps * 4].view(torch.int64).view(ncta, warps, 2).cpu()
+    if int((ws[..., 1] == 0).sum()) == 0:
+        tw = (ws.double() - slots[:, 0].double().min()) / 1e3
+        busy = tw[..., 1] - tw[..., 0]                    # [cta, warp]
+        row.update(warp_stats(tw[..., 1], busy, _dispatch_rank(
+            batch_size, h, splits, warps, torch.cuda.get_device_properties(dev)
+            .multi_processor_count, RANK_MAX_SPLITS)))
+        row["per warp stamps us"] = [[[round(float(x), 2) for x in w] for w in c] for c in tw]
     return row
+
+
+def _dispatch_rank(batch: int, heads: int, splits: int, warps: int, nsm: int,
+                   rank_max_splits: int) -> torch.Tensor:
+    """Per CTA (logical index ``(b * heads + h) * splits + s``) its dispatch rank on its SM
+    in a single wave: ``L // nsm`` with ``L`` the linear block index (split-major grid
+    ``(heads, batch, splits)`` for the wide build with few splits, else ``(splits, heads,
+    batch)``)."""
+    b = torch.arange(batch).view(-1, 1, 1)
+    h = torch.arange(heads).view(1, -1, 1)
+    s = torch.arange(splits).view(1, 1, -1)
+    if warps == 8 and splits <= rank_max_splits:
+        lin = h + heads * (b + batch * s)
+    else:
+        lin = s + splits * (h + heads * b)
+    return (lin // nsm).reshape(-1)
+
+
+def warp_stats(end: torch.Tensor, busy: torch.Tensor, rank: torch.Tensor) -> dict:
+    """Intra-CTA balance from per-warp stamps: ``end`` / ``busy`` ``[cta, warp]`` (us; work
+    end, and INT2 loop start to work end), ``rank`` per CTA. Returns the spread of warp ends
+    within a CTA (last - first) and, per (dispatch rank, warp), the median of each warp's busy
+    time over its CTA's median warp (equal shares: > 1 is a slower warp)."""
+    spread = end.max(dim=1).values - end.min(dim=1).values
+    rel = busy / busy.median(dim=1, keepdim=True).values
+    out = {"warp end spread in CTA": _stats(spread)}
+    by = {}
+    for r in sorted(set(int(x) for x in rank)):
+        m = rank == r
+        if int(m.sum()) == 0:
+            continue
+        by[str(r)] = [round(float(rel[m, w].median()), 3) for w in range(busy.shape[1])]
+    out["warp busy / CTA median, by rank"] = by
+    return out
 
 
 def main(argv=None) -> int:
@@ -151,6 +195,12 @@ def main(argv=None) -> int:
                 print(f"  {k}: med {v['med']:.2f} p90 {v['p90']:.2f} max {v['max']:.2f} us, "
                       f"{100 * v['idle_fraction']:.1f} % of SM time")
             print(f"  last CTA to end (stamps 0-6, us): {row['last CTA to end']}")
+            if "warp end spread in CTA" in row:
+                v = row["warp end spread in CTA"]
+                print("  warp end spread in CTA " + "  ".join(
+                    f"{s} {v[s]:6.2f}" for s in ("min", "med", "p90", "max")))
+                for r, x in row["warp busy / CTA median, by rank"].items():
+                    print(f"  rank {r} warp busy / CTA median: " + " ".join(f"{y:.3f}" for y in x))
             sys.stdout.flush()
     if a.out:
         from harness import env_header

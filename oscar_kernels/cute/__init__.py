@@ -79,6 +79,8 @@ RANK_MAX_SPLITS = 8
 #: Byte offset of the debug trace slots in the ticket buffer (``OSCAR_CUTE_DEBUG=trace``
 #: builds, ``OSCAR_CUTE_TRACE=1`` hosts: perf/trace_decode.py).
 TRACE_OFFSET = 1 << 18
+#: Per-warp trace slots (16 B per warp) start this far past the CTA slots (64 B per CTA).
+TRACE_WARP_OFFSET = 8 << 20
 def _kind(dtype) -> int:
     """The kernels' element kind of a q/out dtype: 0 float32, 1 bf16, 2 fp16."""
     import torch

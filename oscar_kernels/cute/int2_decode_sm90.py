@@ -345,7 +345,7 @@ from cutlass import Float32, Int32, Int64
 # build's split shares by dispatch rank.
 from . import (CHUNK, CTA_WARPS, FUSED_TAIL_ROWS, MAX_GROUP, MAX_SPLITS, RANK0_WEIGHT,
                RANK_MAX_SPLITS, RANK_MIN_CHUNKS, RANK_WEIGHT, SM_WARPS, TRACE_OFFSET,
-               WINDOW_CHUNK_COST)
+               TRACE_WARP_OFFSET, WINDOW_CHUNK_COST)
 #: head_dim whose QK runs on the int8 tensor cores (``mma.m16n8k32.u8.s8``): each K code
 #: byte holds its four 2-bit fields at bits 0-1, 2-3, 4-5, 6-7; ``w * 4^(3-i) & 0xC0C0C0C0``
 #: (one IMAD on the FMA pipe, one LOP3) is 64 x the field of quarter i in every byte, so one
@@ -912,6 +912,7 @@ class Int2PagedDecodeSm90:
                 _sts_i32(s_q + e * 4, Int32(0x3F803F80))
             cute.arch.sync_threads()
         _trace(counter_ptr, cta, 1, tidx)
+        _trace_warp(counter_ptr, cta * self.nw + warp, 0, lane)
 
         # this warp's two P tiles ([token][head] 16-bit, one per chunk of an iteration): this
         # lane stores its (token g + 8 n, heads 2q, 2q+1) pairs at p_st + 128 n and reads the
@@ -1071,6 +1072,7 @@ class Int2PagedDecodeSm90:
 
         # ---- finalize this warp's split: reduce l, correction, sum p~ over the 8 token lanes,
         # stage (lse2, normalized o) per warp in shared memory (the ring is free now)
+        _trace_warp(counter_ptr, cta * self.nw + warp, 1, lane)
         _trace(counter_ptr, cta, 3, tidx)
         cute.arch.sync_threads()
         cbase = smem_warp - warp * (self.stages * self.stage_bytes)
@@ -2153,6 +2155,16 @@ def _trace(counter_ptr, cta, k: int, tidx):
         _ptx("{ .reg .pred p; setp.eq.s32 p, {$r2}, 0; "
              "@p st.global.u64 [{$r0}], {$r3}; @p st.global.u32 [{$r1}], {$r4}; }", [],
              [slot + k * 8, slot + 56, tidx, cute.arch.globaltimer(), cute.arch.smid()])
+
+
+def _trace_warp(counter_ptr, cw, k: int, lane):
+    """Debug (``OSCAR_CUTE_DEBUG=trace`` builds only): lane 0 of warp ``cw`` (CTA index x
+    warps + warp) stores %globaltimer in u64 slot ``k`` (0: INT2 loop start, 1: its work
+    done, before the CTA's combine) of its two, ``TRACE_WARP_OFFSET`` past the CTA slots."""
+    if "trace" in _DEBUG:
+        slot = counter_ptr + Int64(TRACE_OFFSET + TRACE_WARP_OFFSET) + Int64(cw) * 16
+        _ptx("{ .reg .pred p; setp.eq.s32 p, {$r1}, 0; @p st.global.u64 [{$r0}], {$r2}; }",
+             [], [slot + k * 8, lane, cute.arch.globaltimer()])
 
 
 def _prefetch_l2(addr):

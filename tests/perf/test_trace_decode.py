@@ -58,3 +58,37 @@ def test_sm_idle_counts_each_sms_last_end():
     s = mod.sm_idle(end, sm)
     assert (s["min"], s["max"]) == (0.0, 10.0)
     assert abs(s["idle_fraction"] - 5.0 / 40.0) < 1e-12
+
+
+def test_trace_warp_slots_fit_between_the_cta_slots_and_the_buffer_end():
+    from oscar_kernels import cute
+    # CTA slots: 64 B each from TRACE_OFFSET; warp slots: 16 B each from TRACE_WARP_OFFSET
+    # past it; the host allocates TRACE_OFFSET + 16 MiB in trace mode
+    assert cute.TRACE_WARP_OFFSET % 16 == 0
+    assert cute.TRACE_WARP_OFFSET // 64 >= 65536           # CTAs before the warp slots
+    assert (16 << 20) - cute.TRACE_WARP_OFFSET >= 16 * 8 * 32768   # 32768 CTAs of 8 warps
+
+
+def test_dispatch_rank_follows_the_grid_order():
+    mod = _module()
+    # split-major (wide, <= 8 splits): L = h + H (b + B s); 2 heads, 3 sequences, 2 splits
+    r = mod._dispatch_rank(3, 2, 2, 8, 4, 8).view(3, 2, 2)
+    assert r[0, 0, 0] == 0 and r[1, 1, 0] == 0 and r[2, 0, 0] == 1   # L = 0, 3, 4
+    assert r[0, 0, 1] == 1 and r[2, 1, 1] == 2                         # L = 6, 11
+    # otherwise split-fastest: L = s + S (h + H b)
+    r = mod._dispatch_rank(3, 2, 2, 4, 4, 8).view(3, 2, 2)
+    assert r[0, 0, 1] == 0 and r[0, 1, 1] == 0 and r[1, 0, 0] == 1    # L = 1, 3, 4
+
+
+def test_warp_stats_finds_the_slow_warp_and_the_spread():
+    mod = _module()
+    g = torch.Generator().manual_seed(0)
+    busy = 10.0 + torch.rand(6, 4, generator=g, dtype=torch.float64) * 0.01
+    busy[:, 3] *= 1.5                           # warp 3 is slower in every CTA
+    end = 2.0 + busy
+    rank = torch.tensor([0, 0, 0, 1, 1, 1])
+    s = mod.warp_stats(end, busy, rank)
+    for r in ("0", "1"):
+        rel = s["warp busy / CTA median, by rank"][r]
+        assert rel[3] > 1.4 and all(abs(x - 1.0) < 0.01 for x in rel[:3])
+    assert 4.9 < s["warp end spread in CTA"]["med"] < 5.1
