@@ -273,14 +273,13 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
     if q.stride(-1) != 1:
         q = q.contiguous()
 
-    def rot_ok(r):
-        r = r if r.stride(-1) == 1 and r.stride(-2) == d else r.contiguous()
-        return r, (0 if r.shape[0] == 1 or r.stride(0) == 0 else r.stride(0))
-
-    # the rotations as fp16 tensor-core operands (cached); the merge kernel reads R_V as is
+    # the rotations as fp16 tensor-core operands (cached); the merge kernel (only when it
+    # runs) reads R_V as float32 rows (a cached row-major copy when R_V is laid out otherwise)
     rk_op, rk_stride = mma_operand(rot_k, transpose=True)
     rv_op, rv_op_stride = mma_operand(rot_v, transpose=False)
-    rot_v, rv_stride = rot_ok(rot_v)
+    use_merge = num_splits * group > FUSED_TAIL_ROWS
+    if use_merge:
+        rot_v, rv_stride = merge_rotation(rot_v)
     counters = _counters(dev, batch_size * h)
     sp, ss, sh = _row_strides(spec)
     ptrs = [q, cache.k_codes, cache.k_params, cache.v_codes, cache.v_params, cache.k_window,
@@ -308,7 +307,7 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
                 o.stride(0), o.stride(1), torch.cuda.current_stream(dev).cuda_stream)
 
     steps = [("decode", run_decode)]
-    if num_splits * group > FUSED_TAIL_ROWS:
+    if use_merge:
         steps.append(("merge", run_merge))
     if out is not None and o is not out:
         steps.append(("copy_out", lambda: out.copy_(o)))
@@ -318,7 +317,7 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
     return steps, result
 
 
-#: (id(base tensor), transpose) -> (weakref to it, key of the view, operand); see mma_operand
+#: (id(base tensor), tag) -> (weakref to it, key of the view, operand); see _cached
 _OPERANDS: dict = {}
 
 
@@ -342,28 +341,60 @@ def mma_operand(rot, transpose: bool):
     """
     import torch
 
+    def make():
+        n, d, _ = rot.shape
+        shared = n == 1 or rot.stride(0) == 0
+        a = rot[:1] if shared else rot
+        a = (a.transpose(-1, -2) if transpose else a).to(torch.float16)          # [H', m, k]
+        mt = d // 16
+        # (H, MT, RM, G, KS, RK, Q4, P) -> (H, MT, KS, G, Q4, RK, RM, P): m = 16 MT + 8 RM
+        # + G, k = 16 KS + 8 RK + 2 Q4 + P, lane = 4 G + Q4, register r = RM + 2 RK
+        frag = a.reshape(-1, mt, 2, 8, mt, 2, 4, 2).permute(0, 1, 4, 3, 6, 5, 2, 7)
+        frag = frag.contiguous().view(-1, d * d).view(torch.int32)
+        return frag, 0 if shared else d * d // 2
+    return _cached(rot, "kT" if transpose else "v", make)
+
+
+def merge_rotation(rot_v):
+    """``R_V [H, D, D]`` as the merge kernel reads it: float32 rows (each ``D`` elements
+    contiguous, rows ``D`` apart) and the head stride in elements (0 when shared). A view
+    when ``rot_v`` is laid out so already; otherwise a row-major copy, cached like
+    :func:`mma_operand` (a transposed or column-major rotation, e.g. straight from a QR or
+    an eigendecomposition, is not copied again on every call)."""
+    import torch
+
+    def head_stride(r):
+        return 0 if r.shape[0] == 1 or r.stride(0) == 0 else r.stride(0)
+    d = rot_v.shape[-1]
+    if rot_v.dtype == torch.float32 and rot_v.stride(-1) == 1 and rot_v.stride(-2) == d:
+        return rot_v, head_stride(rot_v)
+
+    def make():
+        r = rot_v[:1] if head_stride(rot_v) == 0 else rot_v
+        r = r.to(torch.float32).contiguous()
+        return r, head_stride(r)
+    return _cached(rot_v, "v32", make)
+
+
+def _cached(rot, tag: str, make):
+    """``make()`` for the rotation tensor ``rot``, cached per source tensor (weakly, keyed
+    by its base tensor, the view's geometry and the version counter); not stored while a
+    CUDA graph is being captured (the conversion then runs inside the graph)."""
+    import torch
+
     base = rot._base if rot._base is not None else rot
-    key = (rot.data_ptr(), tuple(rot.shape), tuple(rot.stride()), rot._version, transpose)
+    key = (rot.data_ptr(), tuple(rot.shape), tuple(rot.stride()), rot._version, tag)
     with _COUNTERS_LOCK:
-        hit = _OPERANDS.get((id(base), transpose))
+        hit = _OPERANDS.get((id(base), tag))
         if hit is not None and hit[0]() is base and hit[1] == key:
             return hit[2]
-    n, d, _ = rot.shape
-    shared = n == 1 or rot.stride(0) == 0
-    a = rot[:1] if shared else rot
-    a = (a.transpose(-1, -2) if transpose else a).to(torch.float16)          # [H', m, k]
-    mt = d // 16
-    # (H, MT, RM, G, KS, RK, Q4, P) -> (H, MT, KS, G, Q4, RK, RM, P): m = 16 MT + 8 RM + G,
-    # k = 16 KS + 8 RK + 2 Q4 + P, lane = 4 G + Q4, register r = RM + 2 RK
-    frag = a.reshape(-1, mt, 2, 8, mt, 2, 4, 2).permute(0, 1, 4, 3, 6, 5, 2, 7)
-    frag = frag.contiguous().view(-1, d * d).view(torch.int32)
-    result = (frag, 0 if shared else d * d // 2)
+    result = make()
     if not (rot.is_cuda and torch.cuda.is_current_stream_capturing()):
         with _COUNTERS_LOCK:
             if len(_OPERANDS) >= 256:      # forget the entries of freed tensors
                 for k in [k for k, v in _OPERANDS.items() if v[0]() is None]:
                     del _OPERANDS[k]
-            _OPERANDS[(id(base), transpose)] = (weakref.ref(base), key, result)
+            _OPERANDS[(id(base), tag)] = (weakref.ref(base), key, result)
     return result
 
 
