@@ -353,11 +353,8 @@ from . import (CHUNK, CTA_WARPS, FUSED_TAIL_ROWS, MAX_GROUP, MAX_SPLITS, RANK0_W
 #: is split into two int8 parts, ``q' ~ a (hi + lo / 256)``, and the s32 scores of both chains
 #: are combined as ``hi * 256 + lo`` (~16-bit query, exact integer dot products).
 QK_S8_HEAD_DIM = 128
-#: o partial rows the fused merge tail stages in shared memory per round trip (the 4-warp
-#: build; its ring holds no more), and in the wide build (all of ``FUSED_TAIL_ROWS`` at once:
-#: one round trip for 32 splits of a GQA-4 group).
+#: o partial rows the fused merge tail stages in shared memory per round trip.
 TAIL_ROWS = 32
-WIDE_TAIL_ROWS = 128
 #: Thread groups of the merge kernel (each sums every MERGE_PARTS-th split).
 MERGE_PARTS = 4
 #: Bytes of one warp's P tile in shared memory (16 tokens x 8 heads, 16-bit): the S^T
@@ -703,8 +700,7 @@ class Int2PagedDecodeSm90:
         # ring + q rows (float32) + q' (bf16)
         self.smem_bytes = self.ring_bytes + MAX_GROUP * d * (4 + 2) + self.nw * 2 * P_TILE
         assert self.nw * self.combine_bytes <= self.ring_bytes
-        self.tail_rows = WIDE_TAIL_ROWS if self.nw == 8 else TAIL_ROWS
-        merge_bytes = (32 * self.nw + MAX_GROUP * d + self.tail_rows * d) * 4
+        merge_bytes = (32 * self.nw + MAX_GROUP * d + TAIL_ROWS * d) * 4
         assert merge_bytes <= self.ring_bytes
         assert FUSED_TAIL_ROWS <= 32 * self.nw   # one lse partial per thread in the tail
 
@@ -1380,15 +1376,14 @@ class Int2PagedDecodeSm90:
         <= FUSED_TAIL_ROWS``: merge the partials of the group's heads
         (``w_s = 2^(lse2_s - max)``), apply ``R_V[h]^T`` on the tensor cores, store ``o`` in
         the output dtype and the natural-log lse. One memory round trip for up to
-        ``self.tail_rows`` partial rows (``TAIL_ROWS``, 32, in the 4-warp build: batch >= 8
-        for Qwen3-8B, Llama-3-70B TP8 at batch 128; ``WIDE_TAIL_ROWS``, 128, in the wide one):
+        ``TAIL_ROWS`` partial rows (batch >= 8 for Qwen3-8B, Llama-3-70B TP8 at batch 128):
         the o partial rows go to shared memory by ``cp.async.cg`` (no registers), the lse
         partials (``ld.global.cg``, one per thread) and ``R_V[h]``'s A fragments
         (host-prepared fp16 operand, ``oscar_kernels.cute.mma_operand``: ``o^T = R_V
         o'^T``; prefetched into L2 at the kernel's start) are in flight with them; more
-        rows take one more round trip per block. Shared memory (the free ring):
+        rows take one more round trip per ``TAIL_ROWS``. Shared memory (the free ring):
         lse2 / weights ``[rows]`` (row ``e = g * num_splits + s``), the merged ``o'``
-        ``[MAX_GROUP, d]``, a block of partial rows ``[self.tail_rows, d]``."""
+        ``[MAX_GROUP, d]``, a block of partial rows ``[TAIL_ROWS, d]``."""
         d = self.d
         nrows = group * num_splits
         row0 = Int64(b) * Int64(num_qo_heads) + Int64(h * group)   # (b, first head) row
@@ -1439,14 +1434,14 @@ class Int2PagedDecodeSm90:
         _cp_wait(0)
         cute.arch.sync_threads()
         # o'[g, c] = sum_s w[g, s] o_part[g, s, c]: thread t sums channel t % d of the heads
-        # g = t // d (mod 128 / d), self.tail_rows rows a block
+        # g = t // d (mod 128 / d), TAIL_ROWS rows a block
         hstep = 32 * self.nw // d
         ch = tidx % d
         ho = tidx // d
         accs = cute.make_rmem_tensor((MAX_GROUP // hstep,), Float32)
         for k in cutlass.range_constexpr(MAX_GROUP // hstep):
             accs[k] = Float32(0.0)
-        for e0 in cutlass.range(0, nrows, self.tail_rows):
+        for e0 in cutlass.range(0, nrows, TAIL_ROWS):
             if e0 > 0:     # more rows than one block (batch 1-4): one round trip each
                 cute.arch.sync_threads()
                 self._tail_rows(obase, e0, nrows, s_op, tidx)
@@ -1457,7 +1452,7 @@ class Int2PagedDecodeSm90:
                 gg = ho + hstep * k
                 if gg < group:
                     s_lo = cutlass.max(e0 - gg * num_splits, 0)
-                    s_hi = cutlass.min(e0 + self.tail_rows - gg * num_splits, num_splits)
+                    s_hi = cutlass.min(e0 + TAIL_ROWS - gg * num_splits, num_splits)
                     acc = accs[k]
                     for sidx in cutlass.range(s_lo, s_hi, 1):
                         e = gg * num_splits + sidx
@@ -1484,11 +1479,11 @@ class Int2PagedDecodeSm90:
                     _store_kind(o_ptr, oel, c[r] * inv_n[r % 2], o_kind)
 
     def _tail_rows(self, obase, e0, nrows, s_op, tidx):
-        """``cp.async.cg`` of the o partial rows ``e0 .. e0 + self.tail_rows`` (rows past
+        """``cp.async.cg`` of the o partial rows ``e0 .. e0 + TAIL_ROWS`` (rows past
         ``nrows`` zero-filled, nothing read) into ``s_op``; no commit."""
         d = self.d
         per_row = d // 4                       # 16-byte pieces per row of d float32
-        for j in range(self.tail_rows * per_row // (32 * self.nw)):
+        for j in range(TAIL_ROWS * per_row // (32 * self.nw)):
             i = tidx + j * (32 * self.nw)
             r = i // per_row
             col = i - r * per_row
