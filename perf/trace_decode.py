@@ -13,8 +13,13 @@ merge. Build a bundle with the trace stores first (they are compiled out otherwi
         --model qwen3-8b --batch 8 --context 8192 65536
 
 Timestamps have the timer's resolution (0.256 us on an H200); each phase prints min /
-median / p90 / max over CTAs in microseconds. The call is the fourth of four (warm code,
-L2 flushed by a 256 MB write before each call), not CUDA-graph replayed.
+median / p90 / max over CTAs in microseconds. The call is the fourth of four (warm code),
+each prepared as perf/harness.py's ``time_cuda`` prepares a timed repetition: the trace slots
+zeroed, then L2 flushed by *reading* a 256 MB buffer, then one CUDA-graph replay of the call
+(``--eager``: the call launched directly, and ``--write-flush``: L2 flushed by writing the
+buffer, which leaves it full of dirty lines the call then has to evict -- how this script
+ran before session 11; its kernel times were up to 2 us longer at batch 1 than the graph
+replays of the same call).
 """
 
 from __future__ import annotations
@@ -59,7 +64,8 @@ def sm_idle(end: torch.Tensor, sm: torch.Tensor) -> dict:
     return out
 
 
-def trace_call(model: str, batch_size: int, context: int, page_size: int = 16) -> dict:
+def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
+               graph: bool = True, write_flush: bool = False) -> dict:
     from oscar_kernels import CacheSpec, LayerRotation, cute, ops
     from oscar_kernels.cute.bench import MODELS, make_cache
     from oscar_kernels.cute import RANK_MAX_SPLITS, TRACE_OFFSET, TRACE_WARP_OFFSET
@@ -77,16 +83,31 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16) -
     warps, splits = cute.plan(batch_size, h, torch.cuda.get_device_properties(dev)
                               .multi_processor_count, hq // h, d,
                               cute.wide_available(hq // h, d))
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
+    flush = torch.ones((256 << 20) // 4, dtype=torch.float32, device=dev)
+    sink = torch.empty((), dtype=torch.float32, device=dev)
     ncta = batch_size * h * splits
+
+    def call():
+        ops.paged_decode_attention(q, cache, *table, rot, out=out, backend="cute",
+                                   check_bounds=False)
+    call()                       # allocates the ticket / trace buffers, fills caches
+    torch.cuda.synchronize()
+    run = call
+    if graph:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            call()
+        run = g.replay
     for _ in range(4):
         for buf in cute._COUNTERS.values():
             buf[TRACE_OFFSET // 4:].zero_()
-        flush.zero_()
+        if write_flush:
+            flush.zero_()
+        else:
+            torch.sum(flush, dim=0, out=sink)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        ops.paged_decode_attention(q, cache, *table, rot, out=out, backend="cute",
-                                   check_bounds=False)
+        run()
         end.record()
         torch.cuda.synchronize()
     buf = next(iter(cute._COUNTERS.values()))
@@ -99,7 +120,7 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16) -
     t = torch.where(slots[:, :7] == 0, torch.full_like(t, float("nan")), t)
     t = (t - t[:, 0].min()) / 1e3                       # us since the first CTA started
     row = {"model": model, "batch": batch_size, "context": context, "warps": warps,
-           "splits": splits,
+           "splits": splits, "graph": graph, "write_flush": write_flush,
            "ctas": ncta, "event_us": start.elapsed_time(end) * 1e3,
            "start": _stats(t[:, 0])}
     for name, a, b in PHASES:
@@ -177,15 +198,20 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, nargs="+", default=[8])
     ap.add_argument("--context", type=int, nargs="+", default=[8192])
     ap.add_argument("--out", default=None, help="also write the rows as JSON here")
+    ap.add_argument("--eager", action="store_true", help="launch the call directly instead "
+                    "of replaying a CUDA graph of it")
+    ap.add_argument("--write-flush", action="store_true", help="flush L2 by writing the "
+                    "256 MB buffer (dirty lines) instead of reading it")
     a = ap.parse_args(argv)
     rows = []
     for b in a.batch:
         for n in a.context:
-            row = trace_call(a.model, b, n)
+            row = trace_call(a.model, b, n, graph=not a.eager, write_flush=a.write_flush)
             rows.append(row)
             print(f"{a.model} batch {b} context {n}: {row['warps']} warps, {row['splits']} "
-                  f"splits, {row['ctas']} CTAs, call {row['event_us']:.1f} us (events, not "
-                  "graph-replayed)")
+                  f"splits, {row['ctas']} CTAs, call {row['event_us']:.1f} us (events; "
+                  f"{'graph replay' if row['graph'] else 'eager'}, L2 flushed by a "
+                  f"{'write' if row['write_flush'] else 'read'})")
             for k in ["start"] + [p[0] for p in PHASES] + ["merge tail (last CTA)", "end"]:
                 v = row[k]
                 cols = ("min", "med", "p90", "max")
