@@ -74,6 +74,7 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
     # the ticket buffers are reallocated with room for the trace slots (64 B per CTA)
     os.environ["OSCAR_CUTE_TRACE"] = "1"
     cute._COUNTERS.clear()
+    cute._SPARES.clear()
     dev = torch.device("cuda")
     spec = CacheSpec(num_kv_heads=h, head_dim=d, page_size=page_size, kv_layout="HND")
     rot = LayerRotation.hadamard(d).to(dev)
@@ -110,7 +111,10 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
         run()
         end.record()
         torch.cuda.synchronize()
-    buf = next(iter(cute._COUNTERS.values()))
+    # the buffer this call used (the graph's capture stream has one of its own)
+    bufs = [t for t in cute._COUNTERS.values() if t.numel() > TRACE_OFFSET // 4 + ncta * 16]
+    buf = max(bufs, key=lambda t: int((t[TRACE_OFFSET // 4: TRACE_OFFSET // 4 + ncta * 16]
+                                       != 0).sum()))
     slots = buf[TRACE_OFFSET // 4: TRACE_OFFSET // 4 + ncta * 16].view(torch.int64)
     slots = slots.view(ncta, 8).cpu()
     if int((slots[:, 0] == 0).sum()):

@@ -400,6 +400,13 @@ def _cached(rot, tag: str, make):
 
 _COUNTERS: dict = {}
 _COUNTERS_LOCK = threading.Lock()
+#: device index -> zeroed ticket buffers kept for streams first seen while a CUDA graph is
+#: being captured on them (so the graph does not get a memset node of its own buffer)
+_SPARES: dict = {}
+#: replaced ticket buffers: a captured graph keeps their addresses, so they are never freed
+_RETIRED: list = []
+#: spare ticket buffers kept per device
+SPARE_TICKET_BUFFERS = 2
 
 
 def _counters(dev, n: int):
@@ -408,6 +415,12 @@ def _counters(dev, n: int):
     Every launch leaves them zero again (the last CTA resets its ticket), so one buffer per
     (device, stream) serves every call on that stream, CUDA graphs included. Calls that may
     run concurrently must be on different streams.
+
+    A stream first seen while a graph is being captured on it (``torch.cuda.graph`` captures
+    on a stream of its own, so warm-up calls elsewhere do not give it a buffer) takes a
+    spare buffer zeroed ahead of time; a ``torch.zeros`` there would put a memset node into
+    the graph, which every replay pays (~1-2 us). A buffer that is replaced by a larger one
+    is kept alive, since a graph may hold its address.
     """
     import torch
 
@@ -419,8 +432,20 @@ def _counters(dev, n: int):
             size = max(n, 4096)
             if os.environ.get("OSCAR_CUTE_TRACE"):   # debug trace builds: 64 B per CTA
                 size = TRACE_OFFSET // 4 + (1 << 22)
-            buf = torch.zeros(size, dtype=torch.int32, device=dev)
-            _COUNTERS[key] = buf
+            spares = _SPARES.setdefault(key[0], [])
+            fit = [t for t in spares if t.numel() >= size]
+            if torch.cuda.is_current_stream_capturing() and fit:
+                new = fit[0]
+                spares.remove(new)
+            else:
+                new = torch.zeros(size, dtype=torch.int32, device=dev)
+                if not torch.cuda.is_current_stream_capturing():
+                    spares[:] = [t for t in spares if t.numel() >= size]
+                    spares.extend(torch.zeros(size, dtype=torch.int32, device=dev)
+                                  for _ in range(SPARE_TICKET_BUFFERS - len(spares)))
+            if buf is not None:
+                _RETIRED.append(buf)
+            buf = _COUNTERS[key] = new
     return buf
 
 

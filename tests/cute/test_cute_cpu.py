@@ -355,3 +355,41 @@ def test_warp_ranges_partition_the_int2_chunks(nsw):
         if n_int2 >= cost * (full + 1) * nsw:
             work = [e - b + cost * (full + (w < rem)) for w, (b, e) in enumerate(ranges)]
             assert max(work) - min(work) <= 1, (n_int2, n_win, work)
+
+
+def test_ticket_buffers_a_capture_stream_takes_a_spare_zeroed_ahead(monkeypatch):
+    """_counters: eager calls make the stream's buffer and zeroed spares; a stream first
+    seen while capturing takes a spare (no fill inside the graph); a replaced buffer is
+    kept alive (a graph may hold its address)."""
+    state = {"stream": 1, "capturing": False}
+
+    class S:
+        def __init__(self, v):
+            self.cuda_stream = v
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda dev=None: S(state["stream"]))
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing",
+                        lambda: state["capturing"])
+    monkeypatch.setattr(cute, "_COUNTERS", {})
+    monkeypatch.setattr(cute, "_SPARES", {})
+    monkeypatch.setattr(cute, "_RETIRED", [])
+    monkeypatch.delenv("OSCAR_CUTE_TRACE", raising=False)
+    dev = torch.device("cpu", 0)
+    a = cute._counters(dev, 100)
+    assert a.numel() == 4096 and int(a.abs().sum()) == 0
+    assert cute._counters(dev, 100) is a                       # one buffer per stream
+    spares = list(cute._SPARES[0])
+    assert len(spares) == cute.SPARE_TICKET_BUFFERS
+    assert all(t.numel() >= 4096 and int(t.abs().sum()) == 0 for t in spares)
+    state.update(stream=2, capturing=True)                     # a fresh capture stream
+    b = cute._counters(dev, 100)
+    assert any(b is t for t in spares) and not any(b is t for t in cute._SPARES[0])
+    state.update(stream=3)                                     # spares used up: allocated
+    cute._counters(dev, 100)
+    c = cute._counters(dev, 100)
+    state.update(stream=4)
+    d = cute._counters(dev, 100)
+    assert c is not d and int(d.abs().sum()) == 0
+    state.update(stream=1, capturing=False)                    # larger: old one retired
+    big = cute._counters(dev, 5000)
+    assert big.numel() == 5000 and any(a is t for t in cute._RETIRED)
+    assert all(t.numel() >= 5000 for t in cute._SPARES[0])     # spares follow the size

@@ -40,7 +40,8 @@ def test_cli_help(argv, capsys):
     assert "globaltimer" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("script", ["attn_parts.py", "bench_case_compare.py"])
+@pytest.mark.parametrize("script", ["attn_parts.py", "bench_case_compare.py",
+                                    "graph_capture_probe.py"])
 def test_gpu_probe_scripts_parse_their_arguments_without_a_gpu(script, capsys):
     """The probe scripts import torch/CUDA only after parsing: --help works on CPU."""
     mod = load(script)
