@@ -71,7 +71,7 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
     from oscar_kernels.cute import RANK_MAX_SPLITS, TRACE_OFFSET, TRACE_WARP_OFFSET
 
     hq, h, d = MODELS[model]
-    # the ticket buffers are reallocated with room for the trace slots (64 B per CTA)
+    # the ticket buffers are reallocated with room for the trace slots (128 B per CTA, 16 B per warp)
     os.environ["OSCAR_CUTE_TRACE"] = "1"
     cute._COUNTERS.clear()
     cute._SPARES.clear()
@@ -112,11 +112,12 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
         end.record()
         torch.cuda.synchronize()
     # the buffer this call used (the graph's capture stream has one of its own)
-    bufs = [t for t in cute._COUNTERS.values() if t.numel() > TRACE_OFFSET // 4 + ncta * 16]
-    buf = max(bufs, key=lambda t: int((t[TRACE_OFFSET // 4: TRACE_OFFSET // 4 + ncta * 16]
+    bufs = [t for t in cute._COUNTERS.values() if t.numel() > TRACE_OFFSET // 4 + ncta * 32]
+    buf = max(bufs, key=lambda t: int((t[TRACE_OFFSET // 4: TRACE_OFFSET // 4 + ncta * 32]
                                        != 0).sum()))
-    slots = buf[TRACE_OFFSET // 4: TRACE_OFFSET // 4 + ncta * 16].view(torch.int64)
-    slots = slots.view(ncta, 8).cpu()
+    slots16 = buf[TRACE_OFFSET // 4: TRACE_OFFSET // 4 + ncta * 32].view(torch.int64)
+    slots16 = slots16.view(ncta, 16).cpu()
+    slots = slots16[:, :8]
     if int((slots[:, 0] == 0).sum()):
         raise RuntimeError("no trace stamps: is OSCAR_CUTE_BUNDLE a bundle built with "
                            "OSCAR_CUTE_DEBUG=trace?")
@@ -134,6 +135,17 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
     merged = tail > 0.3                                  # the CTAs that ran the merge
     row["merge tail (last CTA)"] = _stats(tail[merged & ~torch.isnan(tail)])
     row["end"] = _stats(t[:, 6])
+    # inside the merge tail (stamps 8-10 of the CTAs that merged): first row block and the
+    # split weights in, every block summed, B fragments of o', then R_V^T and the stores
+    mt = slots16[:, 8:11].double()
+    mt = torch.where(slots16[:, 8:11] == 0, torch.full_like(mt, float("nan")), mt)
+    mt = (mt - slots[:, 0].double().min()) / 1e3
+    has = ~torch.isnan(mt[:, 0])
+    if int(has.sum()):
+        edges = torch.cat([t[has, 5:6], mt[has], t[has, 6:7]], dim=1)
+        for k, name in enumerate(("tail: fence, first rows, weights", "tail: other rows, sums",
+                                  "tail: o' B fragments", "tail: R_V^T, stores, ticket reset")):
+            row[name] = _stats(edges[:, k + 1] - edges[:, k])
     # per SM: mean INT2-loop time of its CTAs (equal work per CTA: the spread is the SMs')
     sm = (slots[:, 7] & 0xFFFFFFFF).long()
     loop = t[:, 2] - t[:, 1]
@@ -216,7 +228,9 @@ def main(argv=None) -> int:
                   f"splits, {row['ctas']} CTAs, call {row['event_us']:.1f} us (events; "
                   f"{'graph replay' if row['graph'] else 'eager'}, L2 flushed by a "
                   f"{'write' if row['write_flush'] else 'read'})")
-            for k in ["start"] + [p[0] for p in PHASES] + ["merge tail (last CTA)", "end"]:
+            tail_parts = [k for k in row if k.startswith("tail: ")]
+            for k in (["start"] + [p[0] for p in PHASES] + ["merge tail (last CTA)"]
+                      + tail_parts + ["end"]):
                 v = row[k]
                 cols = ("min", "med", "p90", "max")
                 print(f"  {k:22s} " + ("  ".join(f"{s} {v[s]:7.2f}" for s in cols) if v else "-"))

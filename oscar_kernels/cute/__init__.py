@@ -79,7 +79,7 @@ RANK_MAX_SPLITS = 8
 #: Byte offset of the debug trace slots in the ticket buffer (``OSCAR_CUTE_DEBUG=trace``
 #: builds, ``OSCAR_CUTE_TRACE=1`` hosts: perf/trace_decode.py).
 TRACE_OFFSET = 1 << 18
-#: Per-warp trace slots (16 B per warp) start this far past the CTA slots (64 B per CTA).
+#: Per-warp trace slots (16 B per warp) start this far past the CTA slots (128 B per CTA).
 TRACE_WARP_OFFSET = 8 << 20
 def _kind(dtype) -> int:
     """The kernels' element kind of a q/out dtype: 0 float32, 1 bf16, 2 fp16."""
@@ -430,7 +430,7 @@ def _counters(dev, n: int):
         buf = _COUNTERS.get(key)
         if buf is None or buf.numel() < n:
             size = max(n, 4096)
-            if os.environ.get("OSCAR_CUTE_TRACE"):   # debug trace builds: 64 B per CTA
+            if os.environ.get("OSCAR_CUTE_TRACE"):   # debug trace builds: 128 B per CTA
                 size = TRACE_OFFSET // 4 + (1 << 22)
             spares = _SPARES.setdefault(key[0], [])
             fit = [t for t in spares if t.numel() >= size]

@@ -1258,7 +1258,7 @@ class Int2PagedDecodeSm90:
             if cutlass.const_expr("merge" not in _DEBUG):
                 self._merge_tail(opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, cbase, b, h,
                                  group, num_qo_heads, num_splits, rv_stride, o_kind,
-                                 o_stride_b, o_stride_h, tidx, warp, lane)
+                                 o_stride_b, o_stride_h, tidx, warp, lane, counter_ptr, cta)
             if tidx == 0:   # graph-safe: the counter is zero again for the next launch
                 _stg_s32(counter_ptr + (Int64(b) * Int64(num_kv_heads) + Int64(h)) * 4, 0)
 
@@ -1371,7 +1371,7 @@ class Int2PagedDecodeSm90:
     @cute.jit
     def _merge_tail(self, opart_ptr, lsepart_ptr, rv_ptr, o_ptr, lse_ptr, cbase, b, h, group,
                     num_qo_heads, num_splits, rv_stride, o_kind, o_stride_b, o_stride_h, tidx,
-                    warp, lane):
+                    warp, lane, counter_ptr, cta):
         """Run by the last CTA of (sequence ``b``, KV head ``h``) when ``num_splits * group
         <= FUSED_TAIL_ROWS``: merge the partials of the group's heads
         (``w_s = 2^(lse2_s - max)``), apply ``R_V[h]^T`` on the tensor cores, store ``o`` in
@@ -1433,6 +1433,7 @@ class Int2PagedDecodeSm90:
                 _stg_f32(lse_ptr + (row0 + Int64(gg)) * 4, lse)
         _cp_wait(0)
         cute.arch.sync_threads()
+        _trace(counter_ptr, cta, 8, tidx)
         # o'[g, c] = sum_s w[g, s] o_part[g, s, c]: thread t sums channel t % d of the heads
         # g = t // d (mod 128 / d), TAIL_ROWS rows a block
         hstep = 32 * self.nw // d
@@ -1463,11 +1464,13 @@ class Int2PagedDecodeSm90:
             gg = ho + hstep * k
             if gg < group:
                 _sts_f32(s_or + (gg * d + ch) * 4, accs[k])
+        _trace(counter_ptr, cta, 9, tidx)
         cute.arch.sync_threads()
         # o[g, e] = sum_c R_V[h, e, c] o'[g, c]: warp w owns output channels of its M tiles
         g = lane // 4
         quad = lane % 4
         bf, inv_n = self._rows_b_frags(s_or, group, g, quad)
+        _trace(counter_ptr, cta, 10, tidx)
         for j in cutlass.range_constexpr(d // (16 * self.nw)):
             c = self._mma_f16_tile(af, j, bf)
             ch_o = (warp * (d // (16 * self.nw)) + j) * 16 + g
@@ -2149,9 +2152,10 @@ def _ldcg_f32(addr):
 
 def _trace(counter_ptr, cta, k: int, tidx):
     """Debug (``OSCAR_CUTE_DEBUG=trace`` builds only): thread 0 stores %globaltimer in u64
-    slot ``k`` and %smid in slot 7 of this CTA's 8 slots, 256 KB past the tickets."""
+    slot ``k`` (0-6 the phases, 8-10 inside the merge tail) and %smid in slot 7 of this
+    CTA's 16 slots (128 B), 256 KB past the tickets."""
     if "trace" in _DEBUG:
-        slot = counter_ptr + Int64(TRACE_OFFSET) + Int64(cta) * 64
+        slot = counter_ptr + Int64(TRACE_OFFSET) + Int64(cta) * 128
         _ptx("{ .reg .pred p; setp.eq.s32 p, {$r2}, 0; "
              "@p st.global.u64 [{$r0}], {$r3}; @p st.global.u32 [{$r1}], {$r4}; }", [],
              [slot + k * 8, slot + 56, tidx, cute.arch.globaltimer(), cute.arch.smid()])

@@ -63,10 +63,10 @@ def test_sm_idle_counts_each_sms_last_end():
 
 def test_trace_warp_slots_fit_between_the_cta_slots_and_the_buffer_end():
     from oscar_kernels import cute
-    # CTA slots: 64 B each from TRACE_OFFSET; warp slots: 16 B each from TRACE_WARP_OFFSET
+    # CTA slots: 128 B each from TRACE_OFFSET; warp slots: 16 B each from TRACE_WARP_OFFSET
     # past it; the host allocates TRACE_OFFSET + 16 MiB in trace mode
     assert cute.TRACE_WARP_OFFSET % 16 == 0
-    assert cute.TRACE_WARP_OFFSET // 64 >= 65536           # CTAs before the warp slots
+    assert cute.TRACE_WARP_OFFSET // 128 >= 65536          # CTAs before the warp slots
     assert (16 << 20) - cute.TRACE_WARP_OFFSET >= 16 * 8 * 32768   # 32768 CTAs of 8 warps
 
 
