@@ -692,11 +692,6 @@ class Int2PagedDecodeSm90:
         # pair kernel with the int8 QK: the query's high and low parts in adjacent MMA
         # columns (2 h, 2 h + 1 = head h), one QK chain per chunk (see _int2_pair_hl)
         self.hl = self.pair and self.s8
-        # the merge tail's per-split sums unrolled by 4 in the pair builds (qwen3-8b batch 1,
-        # 16 splits: 0.8-1.4 us per call); -1 leaves it to the compiler, as the GQA-8
-        # builds keep it (unroll 4 there moved their main loop: llama3-70b-tp8 batch 128
-        # 1.4-1.9 % slower; perf/results/2026-11-30_h200_s11_ab_tail_variants_99b7f6a.txt)
-        self.tail_unroll = 4 if self.pair else -1
         self.row_bytes = d // 4        # code bytes per token and head
         self.stage_bytes = 2 * CHUNK * self.row_bytes + 2 * CHUNK * 4
         self.stages = STAGES[d]
@@ -1460,7 +1455,7 @@ class Int2PagedDecodeSm90:
                     s_lo = cutlass.max(e0 - gg * num_splits, 0)
                     s_hi = cutlass.min(e0 + TAIL_ROWS - gg * num_splits, num_splits)
                     acc = accs[k]
-                    for sidx in cutlass.range(s_lo, s_hi, 1, unroll=self.tail_unroll):
+                    for sidx in cutlass.range(s_lo, s_hi, 1):
                         e = gg * num_splits + sidx
                         acc = acc + _lds_f32(s_w + e * 4) * _lds_f32(
                             s_op + ((e - e0) * d + ch) * 4)
