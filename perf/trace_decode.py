@@ -15,11 +15,11 @@ merge. Build a bundle with the trace stores first (they are compiled out otherwi
 Timestamps have the timer's resolution (0.256 us on an H200); each phase prints min /
 median / p90 / max over CTAs in microseconds. The call is the fourth of four (warm code),
 each prepared as perf/harness.py's ``time_cuda`` prepares a timed repetition: the trace slots
-zeroed, then L2 flushed by *reading* a 256 MB buffer, then one CUDA-graph replay of the call
-(``--eager``: the call launched directly, and ``--write-flush``: L2 flushed by writing the
-buffer, which leaves it full of dirty lines the call then has to evict -- how this script
-ran before session 11; its kernel times were up to 2 us longer at batch 1 than the graph
-replays of the same call).
+zeroed, then L2 flushed by *reading* time_cuda's buffer (256 MB or 4 x L2), then one
+CUDA-graph replay of the call (``--eager``: the call launched directly, and
+``--write-flush``: L2 flushed by writing the buffer, which leaves it full of dirty lines the
+call then has to evict -- how this script ran before session 11; its kernel times were up
+to 2 us longer at batch 1 than the graph replays of the same call).
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
     from oscar_kernels.cute import RANK_MAX_SPLITS, TRACE_OFFSET, TRACE_WARP_OFFSET
 
     hq, h, d = MODELS[model]
-    # the ticket buffers are reallocated with room for the trace slots (128 B per CTA, 16 B per warp)
+    # the ticket buffers are reallocated with room for the trace slots (128 B per CTA, 16 B
+    # per warp)
     os.environ["OSCAR_CUTE_TRACE"] = "1"
     cute._COUNTERS.clear()
     cute._SPARES.clear()
@@ -84,7 +85,8 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
     warps, splits = cute.plan(batch_size, h, torch.cuda.get_device_properties(dev)
                               .multi_processor_count, hq // h, d,
                               cute.wide_available(hq // h, d))
-    flush = torch.ones((256 << 20) // 4, dtype=torch.float32, device=dev)
+    from harness import _flush_buffer, _flush_l2     # time_cuda's cold-L2 flush
+    flush = _flush_buffer(dev)
     sink = torch.empty((), dtype=torch.float32, device=dev)
     ncta = batch_size * h * splits
 
@@ -103,9 +105,9 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
         for buf in cute._COUNTERS.values():
             buf[TRACE_OFFSET // 4:].zero_()
         if write_flush:
-            flush.zero_()
+            flush.fill_(1.0)
         else:
-            torch.sum(flush, dim=0, out=sink)
+            _flush_l2(flush, sink)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         run()
@@ -217,7 +219,7 @@ def main(argv=None) -> int:
     ap.add_argument("--eager", action="store_true", help="launch the call directly instead "
                     "of replaying a CUDA graph of it")
     ap.add_argument("--write-flush", action="store_true", help="flush L2 by writing the "
-                    "256 MB buffer (dirty lines) instead of reading it")
+                    "flush buffer (dirty lines) instead of reading it")
     a = ap.parse_args(argv)
     rows = []
     for b in a.batch:
