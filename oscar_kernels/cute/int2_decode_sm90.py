@@ -692,6 +692,11 @@ class Int2PagedDecodeSm90:
         # pair kernel with the int8 QK: the query's high and low parts in adjacent MMA
         # columns (2 h, 2 h + 1 = head h), one QK chain per chunk (see _int2_pair_hl)
         self.hl = self.pair and self.s8
+        # the merge tail's per-split sums: unrolled by 8 in the wide pair build (batch 1
+        # merges 16 splits x 4 heads there; its main loop's SASS is unchanged by it, which
+        # perf/sass_report.py --dump-fast checks), left to the compiler (-1) elsewhere, where
+        # an explicit unroll moved the main loops (session 11, docs/cute.md)
+        self.tail_unroll = 8 if self.pair and self.nw == 8 else -1
         self.row_bytes = d // 4        # code bytes per token and head
         self.stage_bytes = 2 * CHUNK * self.row_bytes + 2 * CHUNK * 4
         self.stages = STAGES[d]
@@ -1455,7 +1460,7 @@ class Int2PagedDecodeSm90:
                     s_lo = cutlass.max(e0 - gg * num_splits, 0)
                     s_hi = cutlass.min(e0 + TAIL_ROWS - gg * num_splits, num_splits)
                     acc = accs[k]
-                    for sidx in cutlass.range(s_lo, s_hi, 1):
+                    for sidx in cutlass.range(s_lo, s_hi, 1, unroll=self.tail_unroll):
                         e = gg * num_splits + sidx
                         acc = acc + _lds_f32(s_w + e * 4) * _lds_f32(
                             s_op + ((e - e0) * d + ch) * 4)
