@@ -302,8 +302,8 @@ gave ``decode`` one running-max update per chunk pair (history above). Each warp
 wide build owns one M tile of the query / output rotations (``d / (16 * warps)``), which is
 why head_dim 64 (4 M tiles) has no wide build.
 
-Resource usage (cuobjdump of the bundle's cubins, ``perf/sass_report.py``, session 10:
-perf/results/2026-11-29_sass_report_s10_final.txt): every decode kernel 128 registers per
+Resource usage (cuobjdump of the bundle's cubins, ``perf/sass_report.py``, session 11:
+perf/results/2026-11-30_sass_report_s11_final.txt): every decode kernel 128 registers per
 thread; the 4-warp builds have no stack and no spills (session 7's builds had 24-40 B
 stacks: decode_pair D=128 two LDLs in the main loop off its fast path, decode D=128 one LDL
 per two chunks on it; earlier builds up to 72 B), the wide builds small stacks outside the
