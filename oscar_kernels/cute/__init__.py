@@ -434,12 +434,13 @@ def _counters(dev, n: int):
                 size = TRACE_OFFSET // 4 + (1 << 22)
             spares = _SPARES.setdefault(key[0], [])
             fit = [t for t in spares if t.numel() >= size]
-            if torch.cuda.is_current_stream_capturing() and fit:
+            capturing = torch.cuda.is_current_stream_capturing()
+            if capturing and fit:
                 new = fit[0]
                 spares.remove(new)
             else:
                 new = torch.zeros(size, dtype=torch.int32, device=dev)
-                if not torch.cuda.is_current_stream_capturing():
+                if not capturing:
                     spares[:] = [t for t in spares if t.numel() >= size]
                     spares.extend(torch.zeros(size, dtype=torch.int32, device=dev)
                                   for _ in range(SPARE_TICKET_BUFFERS - len(spares)))
