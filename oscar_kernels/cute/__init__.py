@@ -34,8 +34,9 @@ CTA_WARPS = (4, 8)
 #: Least fill of the single wave the split heuristic accepts before adding a split.
 WAVE_FILL = 0.8
 MAX_SPLITS = 128
-#: The kernel's last CTA of a (sequence, KV head) merges the splits, un-rotates and stores o
-#: when ``num_splits * group <= FUSED_TAIL_ROWS`` (one launch in all); above it the merge
+#: The kernel's last CTA of a (sequence, KV head) merges the splits (partials already in the
+#: model's space) and stores o when ``num_splits * group <= FUSED_TAIL_ROWS`` (one launch
+#: in all; one split stores o directly); above it the merge
 #: is a second kernel spread over (sequence, query head) CTAs (one CTA cannot pull that
 #: many partials fast: measured 47 us vs 37 us for Llama-3-70B TP8 batch 1 at 8K).
 FUSED_TAIL_ROWS = 128
@@ -273,13 +274,10 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
     if q.stride(-1) != 1:
         q = q.contiguous()
 
-    # the rotations as fp16 tensor-core operands (cached); the merge kernel (only when it
-    # runs) reads R_V as float32 rows (a cached row-major copy when R_V is laid out otherwise)
+    # the rotations as fp16 tensor-core operands (cached per rotation tensor)
     rk_op, rk_stride = mma_operand(rot_k, transpose=True)
     rv_op, rv_op_stride = mma_operand(rot_v, transpose=False)
     use_merge = num_splits * group > FUSED_TAIL_ROWS
-    if use_merge:
-        rot_v, rv_stride = merge_rotation(rot_v)
     counters = _counters(dev, batch_size * h)
     sp, ss, sh = _row_strides(spec)
     ptrs = [q, cache.k_codes, cache.k_params, cache.v_codes, cache.v_params, cache.k_window,
@@ -293,8 +291,9 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
     kernel = _bundle.get_kernel(decode_op(group), d, warps)
 
     def run_decode():
-        # q @ R_K, attention over this CTA's split, and (fused tail) in the last CTA of each
-        # (sequence, KV head) the split merge, o' @ R_V^T and the store in q's dtype
+        # q @ R_K, attention over this CTA's split, o' @ R_V^T of its partial (one split: the
+        # store in q's dtype), and (fused tail) in the last CTA of each (sequence, KV head)
+        # the split merge and the store in q's dtype
         with torch.cuda.device(dev):
             kernel(*[t.data_ptr() for t in ptrs], *ints, scale_log2,
                    torch.cuda.current_stream(dev).cuda_stream)
@@ -302,9 +301,9 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
     def run_merge():
         with torch.cuda.device(dev):
             _bundle.get_kernel("merge", d)(
-                o_part.data_ptr(), lse_part.data_ptr(), rot_v.data_ptr(), o.data_ptr(),
-                lse.data_ptr(), batch_size, h, group, num_splits, rv_stride, _kind(o.dtype),
-                o.stride(0), o.stride(1), torch.cuda.current_stream(dev).cuda_stream)
+                o_part.data_ptr(), lse_part.data_ptr(), o.data_ptr(), lse.data_ptr(),
+                batch_size, h, group, num_splits, _kind(o.dtype), o.stride(0), o.stride(1),
+                torch.cuda.current_stream(dev).cuda_stream)
 
     steps = [("decode", run_decode)]
     if use_merge:
@@ -353,27 +352,6 @@ def mma_operand(rot, transpose: bool):
         frag = frag.contiguous().view(-1, d * d).view(torch.int32)
         return frag, 0 if shared else d * d // 2
     return _cached(rot, "kT" if transpose else "v", make)
-
-
-def merge_rotation(rot_v):
-    """``R_V [H, D, D]`` as the merge kernel reads it: float32 rows (each ``D`` elements
-    contiguous, rows ``D`` apart) and the head stride in elements (0 when shared). A view
-    when ``rot_v`` is laid out so already; otherwise a row-major copy, cached like
-    :func:`mma_operand` (a transposed or column-major rotation, e.g. straight from a QR or
-    an eigendecomposition, is not copied again on every call)."""
-    import torch
-
-    def head_stride(r):
-        return 0 if r.shape[0] == 1 or r.stride(0) == 0 else r.stride(0)
-    d = rot_v.shape[-1]
-    if rot_v.dtype == torch.float32 and rot_v.stride(-1) == 1 and rot_v.stride(-2) == d:
-        return rot_v, head_stride(rot_v)
-
-    def make():
-        r = rot_v[:1] if head_stride(rot_v) == 0 else rot_v
-        r = r.to(torch.float32).contiguous()
-        return r, head_stride(r)
-    return _cached(rot_v, "v32", make)
 
 
 def _cached(rot, tag: str, make):

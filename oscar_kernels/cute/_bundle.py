@@ -4,7 +4,7 @@ else the ahead-of-time bundle built by :mod:`oscar_kernels.cute.aot`.
 A bundle is a directory with ``manifest.json`` and one ``lib<name>.so`` per kernel (C ABI
 ``int <name>_load(void)`` and ``int <name>_run(...)``: for ``decode`` and ``decode_pair``
 (the same kernel specialized for GQA ratios <= 4) 18 int64 pointers, 18 int32, one float
-and the stream; ``merge`` 5 pointers, 8 int32 and the stream). The decode ops exist for
+and the stream; ``merge`` 4 pointers, 7 int32 and the stream). The decode ops exist for
 CTAs of 4 warps (every head_dim) and 8 warps (``_w8``, head_dim 128; manifest ``"warps"``).
 The directory is ``$OSCAR_CUTE_BUNDLE`` when set, else ``oscar_kernels/cute/prebuilt``.
 ``OSCAR_CUTE_MODE=bundle`` or ``=jit`` forces one source. Nothing here needs a GPU to
@@ -25,13 +25,15 @@ from ..errors import BackendUnavailableError
 
 log = logging.getLogger(__name__)
 
-BUNDLE_FORMAT = 2
+#: 2: fp16 rotation operands (format 1 took float32 R_K / R_V); 3: partials in the model's
+#: space (every split applies R_V^T), the merge kernel takes no rotation
+BUNDLE_FORMAT = 3
 #: C argument types of each kernel, in order (pointers as int64, then ints, floats, stream).
 _DECODE_ARGS = [ctypes.c_int64] * 18 + [ctypes.c_int32] * 18 + [ctypes.c_float, ctypes.c_void_p]
 _ARGTYPES = {
     "decode": _DECODE_ARGS,
     "decode_pair": _DECODE_ARGS,        # the same launcher, specialized for GQA <= 4
-    "merge": [ctypes.c_int64] * 5 + [ctypes.c_int32] * 8 + [ctypes.c_void_p],
+    "merge": [ctypes.c_int64] * 4 + [ctypes.c_int32] * 7 + [ctypes.c_void_p],
 }
 OPS = tuple(_ARGTYPES)
 

@@ -9,13 +9,13 @@ Runs on a machine without a GPU (``CUTE_DSL_ARCH=sm_90a``), in an environment wi
 
 For every static compile key (``head_dim`` in {64, 128}; GQA class; at head_dim 128 also
 CTAs of 8 warps) it ``cute.compile``s the decode kernel (query rotation, attention, and for
-few splits the merge and output rotation in one launch) and the separate split merge,
+few splits the merge in one launch) and the separate split merge,
 ``export_to_c`` (an object file embedding the sm_90a cubin), then links a ~40 KB shared
 library with a two-function C ABI::
 
     int <name>_load(void);                    /* cudaError_t of loading the module */
     int <name>_run(int64 x18, int32 x18, float, void *stream);          (decode)
-    int <name>_run(int64 x5, int32 x8, void *stream);                   (merge)
+    int <name>_run(int64 x4, int32 x7, void *stream);                   (merge)
 
 against the DSL's ``libcuda_dialect_runtime_static.a`` and ``libcudart.so.13`` (loaded by
 torch on the GPU machine). ``manifest.json`` lists the kernels; the package's loader
@@ -30,7 +30,7 @@ import os
 import subprocess
 import sys
 
-BUNDLE_FORMAT = 2
+BUNDLE_FORMAT = 3     # oscar_kernels.cute._bundle.BUNDLE_FORMAT says what changed
 HEAD_DIMS = (64, 128)
 
 

@@ -47,18 +47,23 @@ bundle holds 3 small libraries per head_dim plus the 2 wide decode builds at 128
      0.5-2 % faster, perf/results/2026-11-29_h200_s9_ab_ranked3_*.txt; session 10, 3/2 with
      up to 8 splits and 8 chunks: another 1-4.5 % at 32K-128K, 3-7 % slower for 8 splits at
      8K-16K, ..._s10_ab_rank_*.txt; the constants in ``oscar_kernels.cute`` say where).
-  3. The CTA's warps are combined through shared memory; each CTA writes one normalized
-     partial and its base-2 log-sum-exp.
-  4. When ``num_splits * group <= FUSED_TAIL_ROWS`` (128): an atomic ticket per
-     (sequence, KV head) (``fence.acq_rel.gpu`` + ``atom.add``); the CTA that draws the
-     last one merges the partials, applies ``R_V[h]^T`` on the tensor cores, stores ``o``
-     in q's dtype through the output strides (straight into ``out``) and the natural-log
-     lse, and resets the ticket to 0 (so CUDA-graph replays start clean). One memory round
-     trip for up to 32 partial rows: the rows by ``cp.async.cg`` into the free ring, the
-     lse partials and ``R_V``'s fragments (prefetched into L2 by split 0) in flight with
-     them (session 8; before: lse, o rows and ``R_V`` in three dependent round trips).
+  3. The CTA's warps are combined through shared memory into the split's rows ``o'``
+     (normalized) and its base-2 log-sum-exp; ``o = o' R_V[h]^T`` on the tensor cores right
+     there (``R_V``'s fp16 fragments, prefetched into L2 by split 0, load during the
+     combine), so every partial is in the model's space and a merge is a weighted sum. With
+     one split the CTA stores ``o`` in q's dtype and the natural-log lse directly (no
+     partial, ticket or reload: qwen3-8b batch >= 32); otherwise it stores the float32
+     partial (session 12; before, the merging CTA or the merge kernel applied ``R_V^T``
+     after the merge, one more dependent step at the end of every call).
+  4. When ``1 < num_splits`` and ``num_splits * group <= FUSED_TAIL_ROWS`` (128): an atomic
+     ticket per (sequence, KV head) (``fence.acq_rel.gpu`` + ``atom.add``); the CTA that
+     draws the last one merges the partials, stores ``o`` in q's dtype through the output
+     strides (straight into ``out``) and the natural-log lse, and resets the ticket to 0
+     (so CUDA-graph replays start clean). One memory round trip for up to 32 partial rows:
+     the rows by ``cp.async.cg`` into the free ring, the lse partials in flight with them
+     (session 8; before: lse and o rows in dependent round trips).
 * :class:`Int2DecodeMergeSm90` for more partials than that (batch 1-16 with few KV
-  heads): merge + ``R_V^T`` + store, one CTA per (sequence, query head). One CTA cannot
+  heads): the weighted sum + store, one CTA per (sequence, query head). One CTA cannot
   pull 128 splits x 8 heads x 512 B of partials fast enough (measured llama3-70b-tp8
   batch 1 at 8K: 47 us fused vs 37 us with this kernel).
 
@@ -705,7 +710,7 @@ class Int2PagedDecodeSm90:
         # ring + q rows (float32) + q' (bf16)
         self.smem_bytes = self.ring_bytes + MAX_GROUP * d * (4 + 2) + self.nw * 2 * P_TILE
         assert self.nw * self.combine_bytes <= self.ring_bytes
-        merge_bytes = (32 * self.nw + MAX_GROUP * d + TAIL_ROWS * d) * 4
+        merge_bytes = (32 * self.nw + TAIL_ROWS * d) * 4
         assert merge_bytes <= self.ring_bytes
         assert FUSED_TAIL_ROWS <= 32 * self.nw   # one lse partial per thread in the tail
 
@@ -780,7 +785,7 @@ class Int2PagedDecodeSm90:
         s_q = s_x + MAX_GROUP * d * 4                # [MAX_GROUP, d] bf16: q' = q @ R_K
 
         # ---- L2 prefetch, from split 0 only, of R_K[h] (the later rows of the query
-        # rotation) and of R_V[h] (the merge tail / merge kernel reads it). Every split
+        # rotation) and of R_V[h] (every CTA's combine reads it). Every split
         # prefetching R_K cost qwen3-8b batch 1 (528 CTAs) several us of L2 requests.
         lines = d * d * 2 // 128 // (32 * self.nw)    # fp16 operands: d * d * 2 bytes
         if split == 0:
@@ -1080,6 +1085,7 @@ class Int2PagedDecodeSm90:
         _trace_warp(counter_ptr, cta * self.nw + warp, 1, lane)
         _trace(counter_ptr, cta, 3, tidx)
         cute.arch.sync_threads()
+        rv_af = self._operand_loads(rv_ptr, h, rv_stride, tidx)
         cbase = smem_warp - warp * (self.stages * self.stage_bytes)
         wbase = cbase + warp * self.combine_bytes
         if cutlass.const_expr(self.hl):
@@ -1111,7 +1117,11 @@ class Int2PagedDecodeSm90:
                     val = (acc[4 * mt + 2 * rh + j] * inv_m + corr_j) * inv_j
                     _sts_f32(wbase + (MAX_GROUP + head * d + ch) * 4, val)
         cute.arch.sync_threads()
-        # ---- combine the CTA's warps: one partial (lse2, o) per (sequence, head, split)
+        # ---- combine the CTA's warps into this split's rows (lse2, o') in s_x (the q rows
+        # are consumed), then o = o' R_V[h]^T on the tensor cores right here, so that the
+        # partials are already in the model's space: the merge (fused tail or merge kernel)
+        # is a weighted sum, and one split stores o and lse directly (no partial, ticket or
+        # reload). R_V's A fragments (prefetched into L2 at the start) load meanwhile.
         # (pair kernel: head column h + 4 is a second partial of head h in every warp)
         cols = 2 if cutlass.const_expr(self.pair and not self.hl) else 1
         for e in cutlass.range(tidx, group * d, 32 * self.nw):
@@ -1132,23 +1142,30 @@ class Int2PagedDecodeSm90:
                         val = val + ww * _lds_f32(cbase + w * self.combine_bytes
                                                   + (MAX_GROUP + hk * d + ch) * 4)
                 val = val * _rcp(tot)
-            hrow = (Int64(b) * Int64(num_qo_heads) + Int64(h * group + head)) * num_splits + split
-            _stg_f32(opart_ptr + (hrow * d + Int64(ch)) * 4, val)
+            _sts_f32(s_x + e * 4, val)
             if ch == 0:
                 lse2 = Float32(NEG_INF)
                 if tot > Float32(0.0):
                     lse2 = mx + _lg2(tot)
-                _stg_f32(lse_ptr_part + hrow * 4, lse2)
+                qrow = Int64(b) * Int64(num_qo_heads) + Int64(h * group + head)
+                if num_splits == 1:
+                    _stg_f32(lse_ptr + qrow * 4, lse2 * Float32(math.log(2.0)))
+                else:
+                    _stg_f32(lse_ptr_part + (qrow * num_splits + split) * 4, lse2)
+        cute.arch.sync_threads()
+        self._rotate_out(rv_af, s_x, opart_ptr, o_ptr, b, h, split, group, num_qo_heads,
+                         num_splits, o_kind, o_stride_b, o_stride_h, tidx)
         # ---- the last CTA of this (sequence, KV head) to finish merges the splits (when
-        # num_splits * group <= FUSED_TAIL_ROWS; else Int2DecodeMergeSm90 runs next)
+        # 1 < num_splits and num_splits * group <= FUSED_TAIL_ROWS; more rows: the merge
+        # kernel runs next)
         _trace(counter_ptr, cta, 4, tidx)
         if cutlass.const_expr("tail" in _DEBUG):
             num_splits = Int32(FUSED_TAIL_ROWS + 1)
-        if num_splits * group <= FUSED_TAIL_ROWS:
-            self._ticket_and_merge(opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr,
-                                   counter_ptr, s_x, cbase, b, h, cta, group, num_kv_heads,
-                                   num_qo_heads, num_splits, rv_stride, o_kind, o_stride_b,
-                                   o_stride_h, tidx, warp, lane)
+        if num_splits > 1 and num_splits * group <= FUSED_TAIL_ROWS:
+            self._ticket_and_merge(opart_ptr, lse_ptr_part, o_ptr, lse_ptr, counter_ptr,
+                                   s_x, cbase, b, h, cta, group, num_kv_heads, num_qo_heads,
+                                   num_splits, o_kind, o_stride_b, o_stride_h, tidx, warp,
+                                   lane)
         _trace(counter_ptr, cta, 6, tidx)
 
     # ------------------------------------------------------------- helpers
@@ -1245,9 +1262,9 @@ class Int2PagedDecodeSm90:
         return qsum, mx * Float32(1.0 / (127.0 * 64.0 * 256.0))
 
     @cute.jit
-    def _ticket_and_merge(self, opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, counter_ptr,
-                          s_x, cbase, b, h, cta, group, num_kv_heads, num_qo_heads, num_splits,
-                          rv_stride, o_kind, o_stride_b, o_stride_h, tidx, warp, lane):
+    def _ticket_and_merge(self, opart_ptr, lse_ptr_part, o_ptr, lse_ptr, counter_ptr, s_x,
+                          cbase, b, h, cta, group, num_kv_heads, num_qo_heads, num_splits,
+                          o_kind, o_stride_b, o_stride_h, tidx, warp, lane):
         """Atomic ticket per (sequence, KV head); the CTA drawing the last one merges."""
         if cutlass.const_expr("fence" not in _DEBUG):
             _fence_acq_rel_gpu()
@@ -1261,11 +1278,45 @@ class Int2PagedDecodeSm90:
             if cutlass.const_expr("fence" not in _DEBUG):
                 _fence_acq_rel_gpu()
             if cutlass.const_expr("merge" not in _DEBUG):
-                self._merge_tail(opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, cbase, b, h,
-                                 group, num_qo_heads, num_splits, rv_stride, o_kind,
-                                 o_stride_b, o_stride_h, tidx, warp, lane, counter_ptr, cta)
+                self._merge_tail(opart_ptr, lse_ptr_part, o_ptr, lse_ptr, cbase, b, h, group,
+                                 num_qo_heads, num_splits, o_kind, o_stride_b, o_stride_h,
+                                 tidx, warp, lane, counter_ptr, cta)
             if tidx == 0:   # graph-safe: the counter is zero again for the next launch
                 _stg_s32(counter_ptr + (Int64(b) * Int64(num_kv_heads) + Int64(h)) * 4, 0)
+
+    @cute.jit
+    def _rotate_out(self, af, s_rows, opart_ptr, o_ptr, b, h, split, group, num_qo_heads,
+                    num_splits, o_kind, o_stride_b, o_stride_h, tidx):
+        """This split's ``o = o' R_V[h]^T`` (``o^T = R_V o'^T``: fp16 ``m16n8k16`` MMAs, the
+        heads as N, ``af`` from :meth:`_operand_loads`) from the float32 rows ``s_rows[g, d]``
+        in shared memory: stored as the float32 partial of split ``split``, or with one
+        split as ``o`` in the output dtype. Warp ``w`` owns the output channels of its
+        ``d / (16 nw)`` M tiles."""
+        d = self.d
+        warp = tidx // 32
+        lane = tidx % 32
+        g = lane // 4
+        quad = lane % 4
+        mt_w = d // (16 * self.nw)
+        bf, inv_n = self._rows_b_frags(s_rows, group, g, quad)
+        # element (head n, channel e) at base + (n * n_stride + e) * size: the partial
+        # [b, h * group + n, split, e] (float32), or with one split o[b, h * group + n, e]
+        one = num_splits == 1
+        base = Int64(cutlass.select_(one, o_ptr, opart_ptr))
+        kind = Int32(cutlass.select_(one, o_kind, 0))
+        row0 = Int64(b) * Int64(num_qo_heads) + Int64(h * group)
+        part0 = (row0 * num_splits + split) * d
+        out0 = Int64(b) * Int64(o_stride_b) + Int64(h * group) * Int64(o_stride_h)
+        el0 = Int64(cutlass.select_(one, out0, part0))
+        n_stride = Int64(cutlass.select_(one, o_stride_h, num_splits * d))
+        for j in cutlass.range_constexpr(mt_w):
+            c = self._mma_f16_tile(af, j, bf)
+            ch_o = (warp * mt_w + j) * 16 + g
+            for r in cutlass.range_constexpr(4):
+                n = 2 * quad + r % 2
+                if n < group:
+                    _store_kind(base, el0 + Int64(n) * n_stride + Int64(ch_o + 8 * (r // 2)),
+                                c[r] * inv_n[r % 2], kind)
 
     def _rows_b_frags(self, s_rows, group, g, quad):
         """B fragments (``m16n8k16``, K = the d channels, N = 8 heads) of the float32 rows
@@ -1374,34 +1425,30 @@ class Int2PagedDecodeSm90:
         cute.arch.sync_threads()
 
     @cute.jit
-    def _merge_tail(self, opart_ptr, lsepart_ptr, rv_ptr, o_ptr, lse_ptr, cbase, b, h, group,
-                    num_qo_heads, num_splits, rv_stride, o_kind, o_stride_b, o_stride_h, tidx,
-                    warp, lane, counter_ptr, cta):
-        """Run by the last CTA of (sequence ``b``, KV head ``h``) when ``num_splits * group
-        <= FUSED_TAIL_ROWS``: merge the partials of the group's heads
-        (``w_s = 2^(lse2_s - max)``), apply ``R_V[h]^T`` on the tensor cores, store ``o`` in
-        the output dtype and the natural-log lse. One memory round trip for up to
-        ``TAIL_ROWS`` partial rows (batch >= 8 for Qwen3-8B, Llama-3-70B TP8 at batch 128):
-        the o partial rows go to shared memory by ``cp.async.cg`` (no registers), the lse
-        partials (``ld.global.cg``, one per thread) and ``R_V[h]``'s A fragments
-        (host-prepared fp16 operand, ``oscar_kernels.cute.mma_operand``: ``o^T = R_V
-        o'^T``; prefetched into L2 at the kernel's start) are in flight with them; more
-        rows take one more round trip per ``TAIL_ROWS``. Shared memory (the free ring):
-        lse2 / weights ``[rows]`` (row ``e = g * num_splits + s``), the merged ``o'``
-        ``[MAX_GROUP, d]``, a block of partial rows ``[TAIL_ROWS, d]``."""
+    def _merge_tail(self, opart_ptr, lsepart_ptr, o_ptr, lse_ptr, cbase, b, h, group,
+                    num_qo_heads, num_splits, o_kind, o_stride_b, o_stride_h, tidx, warp, lane,
+                    counter_ptr, cta):
+        """Run by the last CTA of (sequence ``b``, KV head ``h``) when ``1 < num_splits`` and
+        ``num_splits * group <= FUSED_TAIL_ROWS``: ``o = sum_s w_s o_s / sum_s w_s`` over the
+        splits' partials (already in the model's space, see :meth:`_rotate_out`) with
+        ``w_s = 2^(lse2_s - max)``, stored in the output dtype, and the natural-log lse. One
+        memory round trip for up to ``TAIL_ROWS`` partial rows (batch >= 8 for Qwen3-8B,
+        Llama-3-70B TP8 at batch 128): the o partial rows go to shared memory by
+        ``cp.async.cg`` (no registers) while the lse partials load (``ld.global.cg``, one per
+        thread); more rows take one more round trip per ``TAIL_ROWS``. Shared memory (the
+        free ring): lse2 / weights ``[rows]`` (row ``e = g * num_splits + s``), a block of
+        partial rows ``[TAIL_ROWS, d]``."""
         d = self.d
         nrows = group * num_splits
         row0 = Int64(b) * Int64(num_qo_heads) + Int64(h * group)   # (b, first head) row
         s_w = cbase
-        s_or = s_w + 32 * self.nw * 4     # one lse slot per thread
-        s_op = s_or + MAX_GROUP * d * 4
+        s_op = s_w + 32 * self.nw * 4     # one lse slot per thread
         obase = opart_ptr + row0 * Int64(num_splits) * (d * 4)
         self._tail_rows(obase, 0, nrows, s_op, tidx)
         _cp_commit()
         l_t = Float32(NEG_INF)
         if tidx < nrows:
             l_t = _ldcg_f32(lsepart_ptr + (row0 * num_splits + Int64(tidx)) * 4)
-        af = self._operand_loads(rv_ptr, h, rv_stride, tidx)
         _sts_f32(s_w + tidx * 4, l_t)     # threads >= FUSED_TAIL_ROWS: every row slot
         cute.arch.sync_threads()
         # weights per head (one warp per head; num_splits <= FUSED_TAIL_ROWS): w_s / sum w
@@ -1439,7 +1486,7 @@ class Int2PagedDecodeSm90:
         _cp_wait(0)
         cute.arch.sync_threads()
         _trace(counter_ptr, cta, 8, tidx)
-        # o'[g, c] = sum_s w[g, s] o_part[g, s, c]: thread t sums channel t % d of the heads
+        # o[g, c] = sum_s w[g, s] o_part[g, s, c]: thread t sums channel t % d of the heads
         # g = t // d (mod 128 / d), TAIL_ROWS rows a block
         hstep = 32 * self.nw // d
         ch = tidx % d
@@ -1465,26 +1512,14 @@ class Int2PagedDecodeSm90:
                         acc = acc + _lds_f32(s_w + e * 4) * _lds_f32(
                             s_op + ((e - e0) * d + ch) * 4)
                     accs[k] = acc
+        _trace(counter_ptr, cta, 9, tidx)
         for k in cutlass.range_constexpr(MAX_GROUP // hstep):
             gg = ho + hstep * k
             if gg < group:
-                _sts_f32(s_or + (gg * d + ch) * 4, accs[k])
-        _trace(counter_ptr, cta, 9, tidx)
-        cute.arch.sync_threads()
-        # o[g, e] = sum_c R_V[h, e, c] o'[g, c]: warp w owns output channels of its M tiles
-        g = lane // 4
-        quad = lane % 4
-        bf, inv_n = self._rows_b_frags(s_or, group, g, quad)
+                _store_kind(o_ptr, Int64(b) * Int64(o_stride_b)
+                            + Int64(h * group + gg) * Int64(o_stride_h) + Int64(ch), accs[k],
+                            o_kind)
         _trace(counter_ptr, cta, 10, tidx)
-        for j in cutlass.range_constexpr(d // (16 * self.nw)):
-            c = self._mma_f16_tile(af, j, bf)
-            ch_o = (warp * (d // (16 * self.nw)) + j) * 16 + g
-            for r in cutlass.range_constexpr(4):
-                n = 2 * quad + r % 2
-                if n < group:
-                    oel = (Int64(b) * Int64(o_stride_b) + Int64(h * group + n)
-                           * Int64(o_stride_h) + Int64(ch_o + 8 * (r // 2)))
-                    _store_kind(o_ptr, oel, c[r] * inv_n[r % 2], o_kind)
 
     def _tail_rows(self, obase, e0, nrows, s_op, tidx):
         """``cp.async.cg`` of the o partial rows ``e0 .. e0 + TAIL_ROWS`` (rows past
@@ -2024,11 +2059,11 @@ class Int2PagedDecodeSm90:
 
 
 class Int2DecodeMergeSm90:
-    """Merge the splits of :class:`Int2PagedDecodeSm90`, un-rotate and store in the output
-    dtype: one CTA per (sequence, query head), ``MERGE_PARTS * head_dim`` threads (part
-    ``p``, channel ``d``).
+    """Merge the splits of :class:`Int2PagedDecodeSm90` and store in the output dtype: one
+    CTA per (sequence, query head), ``MERGE_PARTS * head_dim`` threads (part ``p``, channel
+    ``e``). The partials are in the model's space already (each split applied ``R_V^T``).
 
-    ``o[b, g, e] = sum_d (sum_s w_s o_part[b, g, s, d] / sum_s w_s) R_V[h, e, d]`` with
+    ``o[b, g, e] = sum_s w_s o_part[b, g, s, e] / sum_s w_s`` with
     ``w_s = 2^(lse2_s - max lse2)``; ``lse = ln 2 * (max lse2 + log2 sum_s w_s)``
     (``-inf`` and ``o = 0`` for a sequence without tokens). ``o`` is written at
     ``o_ptr + (b * o_stride_b + qh * o_stride_h + e) * elem`` as float32 (``out_kind`` 0),
@@ -2041,20 +2076,18 @@ class Int2DecodeMergeSm90:
         self.threads = MERGE_PARTS * self.d
 
     @cute.jit
-    def __call__(self, opart_ptr: Int64, lse_part_ptr: Int64, rv_ptr: Int64, o_ptr: Int64,
-                 lse_ptr: Int64, batch_size: Int32, num_kv_heads: Int32, group: Int32,
-                 num_splits: Int32, rv_head_stride: Int32, out_kind: Int32, o_stride_b: Int32,
-                 o_stride_h: Int32, stream: cuda.CUstream):
-        self.kernel(opart_ptr, lse_part_ptr, rv_ptr, o_ptr, lse_ptr, group, num_splits,
-                    rv_head_stride, out_kind, o_stride_b,
+    def __call__(self, opart_ptr: Int64, lse_part_ptr: Int64, o_ptr: Int64, lse_ptr: Int64,
+                 batch_size: Int32, num_kv_heads: Int32, group: Int32, num_splits: Int32,
+                 out_kind: Int32, o_stride_b: Int32, o_stride_h: Int32,
+                 stream: cuda.CUstream):
+        self.kernel(opart_ptr, lse_part_ptr, o_ptr, lse_ptr, num_splits, out_kind, o_stride_b,
                     o_stride_h).launch(grid=(num_kv_heads * group, batch_size, 1),
                                        block=(self.threads, 1, 1), stream=stream,
                                        smem=(2 * self.threads + 64) * 4)
 
     @cute.kernel
-    def kernel(self, opart_ptr: Int64, lse_part_ptr: Int64, rv_ptr: Int64, o_ptr: Int64,
-               lse_ptr: Int64, group: Int32, num_splits: Int32, rv_head_stride: Int32,
-               out_kind: Int32, o_stride_b: Int32, o_stride_h: Int32):
+    def kernel(self, opart_ptr: Int64, lse_part_ptr: Int64, o_ptr: Int64, lse_ptr: Int64,
+               num_splits: Int32, out_kind: Int32, o_stride_b: Int32, o_stride_h: Int32):
         d = self.d
         nthreads = self.threads
         nwarps = nthreads // 32
@@ -2065,18 +2098,11 @@ class Int2DecodeMergeSm90:
         warp = t // 32
         part = t // d
         ch = t - part * d
-        h = qh // group
         sm = cute.arch.get_dyn_smem(cutlass.Int8, alignment=16).toint()
-        s_w = sm                          # [nthreads] split weights, then o_rot[d]
+        s_w = sm                          # [nthreads] split weights
         s_red = sm + nthreads * 4         # [nthreads] partial sums
         s_warp = sm + 2 * nthreads * 4    # [nwarps] warp maxima, then sums
         row = Int64(b) * Int64(num_qo_heads) + Int64(qh)
-        # R_V row e = ch, quarter `part` of its columns: loaded first, in flight meanwhile
-        dq = d // MERGE_PARTS
-        rrow = rv_ptr + (Int64(h) * Int64(rv_head_stride) + Int64(ch) * d + Int64(part * dq)) * 4
-        rv = []
-        for dd in cutlass.range_constexpr(0, dq, 4):
-            rv.append(_ldg_v4f(rrow + dd * 4))
         # this thread's partials o_part[s][ch] of the splits s = part (mod MERGE_PARTS),
         # issued before the split weights are known (one memory round trip fewer)
         obase = opart_ptr + (row * num_splits * d + Int64(ch)) * 4
@@ -2122,28 +2148,13 @@ class Int2DecodeMergeSm90:
             o = Float32(0.0)
             for pp in cutlass.range_constexpr(MERGE_PARTS):
                 o = o + _lds_f32(s_red + (pp * d + ch) * 4)
-            _sts_f32(s_w + ch * 4, o * inv)      # o_rot[ch] (split weights are consumed)
+            oel = Int64(b) * Int64(o_stride_b) + Int64(qh) * Int64(o_stride_h) + Int64(ch)
+            _store_kind(o_ptr, oel, o * inv, out_kind)
         if t == 0:
             lse = Float32(NEG_INF)
             if tot > Float32(0.0):
                 lse = (mx + _lg2(tot)) * Float32(math.log(2.0))
             _stg_f32(lse_ptr + row * 4, lse)
-        cute.arch.sync_threads()
-        # o[e] = sum_d o_rot[d] R_V[h, e, d]: thread (part, e) sums its quarter of d
-        e = ch
-        acc2 = Float32(0.0)
-        for i in cutlass.range_constexpr(dq // 4):
-            r0, r1, r2, r3 = rv[i]
-            x0, x1, x2, x3 = _lds_v4f(s_w + (part * dq + 4 * i) * 4)
-            acc2 = acc2 + r0 * x0 + r1 * x1 + r2 * x2 + r3 * x3
-        _sts_f32(s_red + t * 4, acc2)
-        cute.arch.sync_threads()
-        if part == 0:
-            o = Float32(0.0)
-            for pp in cutlass.range_constexpr(MERGE_PARTS):
-                o = o + _lds_f32(s_red + (pp * d + e) * 4)
-            oel = Int64(b) * Int64(o_stride_b) + Int64(qh) * Int64(o_stride_h) + Int64(e)
-            _store_kind(o_ptr, oel, o, out_kind)
 
 
 def _ldg_f32(addr):
@@ -2253,10 +2264,10 @@ def compile_decode(config: Int2DecodeConfig):
 
 
 def compile_merge(config: Int2DecodeConfig):
-    """``cute.compile`` the split-merge + un-rotation launcher for ``config``."""
+    """``cute.compile`` the split-merge launcher for ``config``."""
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
     from cutlass.runtime import make_fake_stream
 
     op = Int2DecodeMergeSm90(config)
     z64, z32 = Int64(0), Int32(0)
-    return cute.compile(op, *([z64] * 5), *([z32] * 8), make_fake_stream())
+    return cute.compile(op, *([z64] * 4), *([z32] * 7), make_fake_stream())

@@ -79,10 +79,12 @@ def test_missing_or_bad_bundle_is_a_typed_error(tmp_path, monkeypatch):
     (tmp_path / "manifest.json").write_text("{not json")
     with pytest.raises(BackendUnavailableError, match="unreadable"):
         _bundle.read_manifest()
-    # a bundle of an older kernel ABI (format 1: float32 R_K / R_V) is refused by name
-    (tmp_path / "manifest.json").write_text(json.dumps({"bundle_format": 1, "kernels": {}}))
-    with pytest.raises(BackendUnavailableError, match="expected bundle_format 2, got 1"):
-        _bundle.read_manifest()
+    # bundles of older kernel ABIs (format 1: float32 R_K / R_V; 2: un-rotated partials and
+    # a merge kernel taking R_V) are refused by name
+    for old in (1, 2):
+        (tmp_path / "manifest.json").write_text(json.dumps({"bundle_format": old, "kernels": {}}))
+        with pytest.raises(BackendUnavailableError, match=f"expected bundle_format 3, got {old}"):
+            _bundle.read_manifest()
     (tmp_path / "manifest.json").write_text(json.dumps({"bundle_format": _bundle.BUNDLE_FORMAT, "kernels": {
         "int2_decode_sm90_d128": {"op": "decode", "head_dim": 128, "library": "libnone.so"}}}))
     with pytest.raises(BackendUnavailableError, match="no decode kernel"):
@@ -229,36 +231,6 @@ def test_mma_operand_is_the_fragment_layout(d, shared, transpose):
     rot = base.expand(h, d, d) if shared else base
     frag2, _ = cute.mma_operand(rot, transpose)
     assert torch.equal(frag2.view(torch.float16), -frag.view(torch.float16))
-
-
-@pytest.mark.parametrize("layout", ["rows", "columns", "shared_columns", "shared_rows"])
-def test_merge_rotation_is_a_view_or_a_cached_row_major_copy(layout):
-    """The merge kernel's float32 R_V rows: a row-major rotation is used as is; any other
-    layout (bench_decode's QR result is column-major) is copied once and cached, so a call
-    does not copy it again (inside a CUDA graph that copy was a ~3.7 us kernel per call)."""
-    h, d = 3, 64
-    g = torch.Generator().manual_seed(len(layout))
-    q = torch.linalg.qr(torch.randn(h, d, d, generator=g, dtype=torch.float64))[0]
-    shared = layout.startswith("shared")
-    if layout.endswith("columns"):
-        src = q.to(torch.float32)                 # QR's result: column-major per matrix
-        assert src.stride(-2) == 1
-    else:
-        src = q.to(torch.float32).contiguous()
-    rot = src[:1].expand(h, d, d) if shared else src
-    r, stride = cute.merge_rotation(rot)
-    assert r.dtype == torch.float32 and r.stride(-1) == 1 and r.stride(-2) == d
-    assert stride == (0 if shared else d * d)
-    for hh in range(h):
-        assert torch.equal(r[0 if shared else hh], rot[hh])
-    if layout.endswith("rows"):
-        assert r.data_ptr() == rot.data_ptr()      # no copy
-    else:
-        assert r.data_ptr() != rot.data_ptr()
-        assert cute.merge_rotation(rot)[0] is r    # copied once
-        src.mul_(-1.0)                             # an in-place update is not served stale
-        r2, _ = cute.merge_rotation(rot)
-        assert torch.equal(r2, -r)
 
 
 def _warp_ranges(n_int2: int, n_win: int, nsw: int, cost: int) -> list[tuple[int, int]]:
