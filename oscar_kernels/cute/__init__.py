@@ -34,9 +34,9 @@ CTA_WARPS = (4, 8)
 #: Least fill of the single wave the split heuristic accepts before adding a split.
 WAVE_FILL = 0.8
 MAX_SPLITS = 128
-#: The kernel's last CTA of a (sequence, KV head) merges the splits (partials already in the
-#: model's space) and stores o when ``num_splits * group <= FUSED_TAIL_ROWS`` (one launch
-#: in all; one split stores o directly); above it the merge
+#: The kernel's last CTA of a (sequence, KV head) merges the splits, un-rotates and stores o
+#: when ``num_splits * group <= FUSED_TAIL_ROWS`` (one launch in all; 4-warp builds with one
+#: split store o directly); above it the merge
 #: is a second kernel spread over (sequence, query head) CTAs (one CTA cannot pull that
 #: many partials fast: measured 47 us vs 37 us for Llama-3-70B TP8 batch 1 at 8K).
 FUSED_TAIL_ROWS = 128
@@ -265,7 +265,16 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
             warps, planned = plan(batch_size, h, sms, group, d, wide_available(group, d))
         else:
             planned = num_splits_for(batch_size, h, sms, group, warps)
+            if warps == 8:      # the wide build merges in its fused tail only (below)
+                planned = min(planned, max(1, FUSED_TAIL_ROWS // group))
         num_splits = planned if num_splits is None else num_splits
+    use_merge = num_splits * group > FUSED_TAIL_ROWS
+    if use_merge and warps == 8:
+        # its partials stay in the rotated space for the fused tail; the merge kernel takes
+        # partials in the model's space (4-warp builds apply R_V^T before storing them)
+        raise UnsupportedConfigError(
+            f"num_splits: the 8-warp build merges at most {FUSED_TAIL_ROWS} partial rows "
+            f"(num_splits x GQA ratio {group}) in its fused tail, got {num_splits} splits")
     o_part = torch.empty(batch_size, num_qo_heads, num_splits, d, dtype=torch.float32, device=dev)
     lse_part = torch.empty(batch_size, num_qo_heads, num_splits, dtype=torch.float32, device=dev)
     lse = torch.empty(batch_size, num_qo_heads, dtype=torch.float32, device=dev)
@@ -277,7 +286,6 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
     # the rotations as fp16 tensor-core operands (cached per rotation tensor)
     rk_op, rk_stride = mma_operand(rot_k, transpose=True)
     rv_op, rv_op_stride = mma_operand(rot_v, transpose=False)
-    use_merge = num_splits * group > FUSED_TAIL_ROWS
     counters = _counters(dev, batch_size * h)
     sp, ss, sh = _row_strides(spec)
     ptrs = [q, cache.k_codes, cache.k_params, cache.v_codes, cache.v_params, cache.k_window,
@@ -291,9 +299,10 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
     kernel = _bundle.get_kernel(decode_op(group), d, warps)
 
     def run_decode():
-        # q @ R_K, attention over this CTA's split, o' @ R_V^T of its partial (one split: the
-        # store in q's dtype), and (fused tail) in the last CTA of each (sequence, KV head)
-        # the split merge and the store in q's dtype
+        # q @ R_K, attention over this CTA's split, then either (one split, or the merge
+        # kernel next; 4-warp builds) o' @ R_V^T of its partial in the CTA (one split: the
+        # store in q's dtype), or (fused tail) in the last CTA of each (sequence, KV head)
+        # the split merge, o' @ R_V^T and the store in q's dtype
         with torch.cuda.device(dev):
             kernel(*[t.data_ptr() for t in ptrs], *ints, scale_log2,
                    torch.cuda.current_stream(dev).cuda_stream)

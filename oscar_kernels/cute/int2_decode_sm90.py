@@ -47,25 +47,30 @@ bundle holds 3 small libraries per head_dim plus the 2 wide decode builds at 128
      0.5-2 % faster, perf/results/2026-11-29_h200_s9_ab_ranked3_*.txt; session 10, 3/2 with
      up to 8 splits and 8 chunks: another 1-4.5 % at 32K-128K, 3-7 % slower for 8 splits at
      8K-16K, ..._s10_ab_rank_*.txt; the constants in ``oscar_kernels.cute`` say where).
-  3. The CTA's warps are combined through shared memory into the split's rows ``o'``
-     (normalized) and its base-2 log-sum-exp; ``o = o' R_V[h]^T`` on the tensor cores right
-     there (``R_V``'s fp16 fragments, prefetched into L2 by split 0, load during the
-     combine), so every partial is in the model's space and a merge is a weighted sum. With
-     one split the CTA stores ``o`` in q's dtype and the natural-log lse directly (no
-     partial, ticket or reload: qwen3-8b batch >= 32); otherwise it stores the float32
-     partial (session 12; before, the merging CTA or the merge kernel applied ``R_V^T``
-     after the merge, one more dependent step at the end of every call).
-  4. When ``1 < num_splits`` and ``num_splits * group <= FUSED_TAIL_ROWS`` (128): an atomic
-     ticket per (sequence, KV head) (``fence.acq_rel.gpu`` + ``atom.add``); the CTA that
-     draws the last one merges the partials, stores ``o`` in q's dtype through the output
-     strides (straight into ``out``) and the natural-log lse, and resets the ticket to 0
-     (so CUDA-graph replays start clean). One memory round trip for up to 32 partial rows:
-     the rows by ``cp.async.cg`` into the free ring, the lse partials in flight with them
-     (session 8; before: lse and o rows in dependent round trips).
+  3. The CTA's warps are combined through shared memory; each CTA writes one normalized
+     partial and its base-2 log-sum-exp. In the 4-warp builds, when there is one split or
+     the merge kernel runs next, the CTA applies ``R_V[h]^T`` to its partial itself (tensor
+     cores, the same fp16 operand; session 12): one split stores ``o`` in q's dtype and the
+     natural-log lse directly (no partial store, ticket or reload), and the merge kernel
+     gets partials in the model's space. The fused tail below keeps the rotation after the
+     merge: in every CTA it was one more exposed round trip (``R_V``'s fragments) before the
+     ticket, 0.6-2 us slower at qwen3-8b batch 1-8 (``perf/results/
+     2026-11-30_h200_s12_ab_r1_*``), and the wide builds keep their session-11 code (the
+     same change moved their main loops: 149.5 -> 151.5 and 176.5 -> 179 SASS per chunk).
+  4. When ``num_splits * group <= FUSED_TAIL_ROWS`` (128; in the 4-warp builds and more than
+     one split): an atomic ticket per (sequence, KV head) (``fence.acq_rel.gpu`` +
+     ``atom.add``); the CTA that draws the last one merges the partials, applies
+     ``R_V[h]^T`` on the tensor cores, stores ``o`` in q's dtype through the output strides
+     (straight into ``out``) and the natural-log lse, and resets the ticket to 0 (so
+     CUDA-graph replays start clean). One memory round trip for up to 32 partial rows: the
+     rows by ``cp.async.cg`` into the free ring, the lse partials and ``R_V``'s fragments
+     (prefetched into L2 by split 0) in flight with them (session 8; before: lse, o rows and
+     ``R_V`` in three dependent round trips).
 * :class:`Int2DecodeMergeSm90` for more partials than that (batch 1-16 with few KV
-  heads): the weighted sum + store, one CTA per (sequence, query head). One CTA cannot
-  pull 128 splits x 8 heads x 512 B of partials fast enough (measured llama3-70b-tp8
-  batch 1 at 8K: 47 us fused vs 37 us with this kernel).
+  heads; 4-warp builds only): the weighted sum of the partials (in the model's space) +
+  store, one CTA per (sequence, query head). One CTA cannot pull 128 splits x 8 heads x
+  512 B of partials fast enough (measured llama3-70b-tp8 batch 1 at 8K: 47 us fused vs
+  37 us with this kernel).
 
 Graph safety: ``num_splits`` depends on shapes only, never on lengths; no host
 synchronization; the tickets are a persistent zeroed buffer per (device, stream).
@@ -702,6 +707,11 @@ class Int2PagedDecodeSm90:
         # perf/sass_report.py --dump-fast checks), left to the compiler (-1) elsewhere, where
         # an explicit unroll moved the main loops (session 11, docs/cute.md)
         self.tail_unroll = 8 if self.pair and self.nw == 8 else -1
+        # 4-warp builds apply R_V^T in the combine when there is one split or the merge
+        # kernel runs (see the combine); the wide builds never plan the merge kernel, and
+        # the same code there moved their main loops (perf/sass_report.py: 149.5 -> 151.5
+        # and 176.5 -> 179 SASS per chunk), so they keep the ticket path for one split too
+        self.out_rotation = self.nw == 4
         self.row_bytes = d // 4        # code bytes per token and head
         self.stage_bytes = 2 * CHUNK * self.row_bytes + 2 * CHUNK * 4
         self.stages = STAGES[d]
@@ -710,7 +720,7 @@ class Int2PagedDecodeSm90:
         # ring + q rows (float32) + q' (bf16)
         self.smem_bytes = self.ring_bytes + MAX_GROUP * d * (4 + 2) + self.nw * 2 * P_TILE
         assert self.nw * self.combine_bytes <= self.ring_bytes
-        merge_bytes = (32 * self.nw + TAIL_ROWS * d) * 4
+        merge_bytes = (32 * self.nw + MAX_GROUP * d + TAIL_ROWS * d) * 4
         assert merge_bytes <= self.ring_bytes
         assert FUSED_TAIL_ROWS <= 32 * self.nw   # one lse partial per thread in the tail
 
@@ -785,7 +795,7 @@ class Int2PagedDecodeSm90:
         s_q = s_x + MAX_GROUP * d * 4                # [MAX_GROUP, d] bf16: q' = q @ R_K
 
         # ---- L2 prefetch, from split 0 only, of R_K[h] (the later rows of the query
-        # rotation) and of R_V[h] (every CTA's combine reads it). Every split
+        # rotation) and of R_V[h] (the merge tail or the combine reads it). Every split
         # prefetching R_K cost qwen3-8b batch 1 (528 CTAs) several us of L2 requests.
         lines = d * d * 2 // 128 // (32 * self.nw)    # fp16 operands: d * d * 2 bytes
         if split == 0:
@@ -1085,7 +1095,6 @@ class Int2PagedDecodeSm90:
         _trace_warp(counter_ptr, cta * self.nw + warp, 1, lane)
         _trace(counter_ptr, cta, 3, tidx)
         cute.arch.sync_threads()
-        rv_af = self._operand_loads(rv_ptr, h, rv_stride, tidx)
         cbase = smem_warp - warp * (self.stages * self.stage_bytes)
         wbase = cbase + warp * self.combine_bytes
         if cutlass.const_expr(self.hl):
@@ -1117,12 +1126,18 @@ class Int2PagedDecodeSm90:
                     val = (acc[4 * mt + 2 * rh + j] * inv_m + corr_j) * inv_j
                     _sts_f32(wbase + (MAX_GROUP + head * d + ch) * 4, val)
         cute.arch.sync_threads()
-        # ---- combine the CTA's warps into this split's rows (lse2, o') in s_x (the q rows
-        # are consumed), then o = o' R_V[h]^T on the tensor cores right here, so that the
-        # partials are already in the model's space: the merge (fused tail or merge kernel)
-        # is a weighted sum, and one split stores o and lse directly (no partial, ticket or
-        # reload). R_V's A fragments (prefetched into L2 at the start) load meanwhile.
-        # (pair kernel: head column h + 4 is a second partial of head h in every warp)
+        # ---- combine the CTA's warps: one partial (lse2, o') per (sequence, head, split)
+        # (pair kernel: head column h + 4 is a second partial of head h in every warp).
+        # 4-warp builds (self.out_rotation) with one split, or with more partial rows than
+        # the fused tail merges (the merge kernel runs next): the rows go to s_x (the q rows
+        # are consumed) and o = o' R_V[h]^T is applied right here (_rotate_out), so one split
+        # stores o and lse directly (no partial, ticket or reload) and the merge kernel is a
+        # weighted sum. Otherwise the float32 rows o' are the partials and the merging CTA
+        # applies R_V^T once, its fragments loading with the partial rows there (module
+        # docstring, step 3).
+        rotate = None
+        if cutlass.const_expr(self.out_rotation):
+            rotate = num_splits == 1 or num_splits * group > FUSED_TAIL_ROWS
         cols = 2 if cutlass.const_expr(self.pair and not self.hl) else 1
         for e in cutlass.range(tidx, group * d, 32 * self.nw):
             head = e // d
@@ -1142,30 +1157,45 @@ class Int2PagedDecodeSm90:
                         val = val + ww * _lds_f32(cbase + w * self.combine_bytes
                                                   + (MAX_GROUP + hk * d + ch) * 4)
                 val = val * _rcp(tot)
-            _sts_f32(s_x + e * 4, val)
+            hrow = (Int64(b) * Int64(num_qo_heads) + Int64(h * group + head)) * num_splits + split
+            if cutlass.const_expr(self.out_rotation):
+                if rotate:
+                    _sts_f32(s_x + e * 4, val)
+                else:
+                    _stg_f32(opart_ptr + (hrow * d + Int64(ch)) * 4, val)
+            else:
+                _stg_f32(opart_ptr + (hrow * d + Int64(ch)) * 4, val)
             if ch == 0:
                 lse2 = Float32(NEG_INF)
                 if tot > Float32(0.0):
                     lse2 = mx + _lg2(tot)
-                qrow = Int64(b) * Int64(num_qo_heads) + Int64(h * group + head)
-                if num_splits == 1:
-                    _stg_f32(lse_ptr + qrow * 4, lse2 * Float32(math.log(2.0)))
+                if cutlass.const_expr(self.out_rotation):
+                    if num_splits == 1:   # hrow is the query row then
+                        _stg_f32(lse_ptr + hrow * 4, lse2 * Float32(math.log(2.0)))
+                    else:
+                        _stg_f32(lse_ptr_part + hrow * 4, lse2)
                 else:
-                    _stg_f32(lse_ptr_part + (qrow * num_splits + split) * 4, lse2)
-        cute.arch.sync_threads()
-        self._rotate_out(rv_af, s_x, opart_ptr, o_ptr, b, h, split, group, num_qo_heads,
-                         num_splits, o_kind, o_stride_b, o_stride_h, tidx)
+                    _stg_f32(lse_ptr_part + hrow * 4, lse2)
+        if cutlass.const_expr(self.out_rotation):
+            if rotate:
+                rv_af = self._operand_loads(rv_ptr, h, rv_stride, tidx)
+                cute.arch.sync_threads()
+                self._rotate_out(rv_af, s_x, opart_ptr, o_ptr, b, h, split, group,
+                                 num_qo_heads, num_splits, o_kind, o_stride_b, o_stride_h,
+                                 tidx)
         # ---- the last CTA of this (sequence, KV head) to finish merges the splits (when
-        # 1 < num_splits and num_splits * group <= FUSED_TAIL_ROWS; more rows: the merge
-        # kernel runs next)
+        # num_splits * group <= FUSED_TAIL_ROWS and, in 4-warp builds, 1 < num_splits)
         _trace(counter_ptr, cta, 4, tidx)
         if cutlass.const_expr("tail" in _DEBUG):
             num_splits = Int32(FUSED_TAIL_ROWS + 1)
-        if num_splits > 1 and num_splits * group <= FUSED_TAIL_ROWS:
-            self._ticket_and_merge(opart_ptr, lse_ptr_part, o_ptr, lse_ptr, counter_ptr,
-                                   s_x, cbase, b, h, cta, group, num_kv_heads, num_qo_heads,
-                                   num_splits, o_kind, o_stride_b, o_stride_h, tidx, warp,
-                                   lane)
+        fused = num_splits * group <= FUSED_TAIL_ROWS
+        if cutlass.const_expr(self.out_rotation):
+            fused = num_splits > 1 and fused
+        if fused:
+            self._ticket_and_merge(opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr,
+                                   counter_ptr, s_x, cbase, b, h, cta, group, num_kv_heads,
+                                   num_qo_heads, num_splits, rv_stride, o_kind, o_stride_b,
+                                   o_stride_h, tidx, warp, lane)
         _trace(counter_ptr, cta, 6, tidx)
 
     # ------------------------------------------------------------- helpers
@@ -1262,9 +1292,9 @@ class Int2PagedDecodeSm90:
         return qsum, mx * Float32(1.0 / (127.0 * 64.0 * 256.0))
 
     @cute.jit
-    def _ticket_and_merge(self, opart_ptr, lse_ptr_part, o_ptr, lse_ptr, counter_ptr, s_x,
-                          cbase, b, h, cta, group, num_kv_heads, num_qo_heads, num_splits,
-                          o_kind, o_stride_b, o_stride_h, tidx, warp, lane):
+    def _ticket_and_merge(self, opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, counter_ptr,
+                          s_x, cbase, b, h, cta, group, num_kv_heads, num_qo_heads, num_splits,
+                          rv_stride, o_kind, o_stride_b, o_stride_h, tidx, warp, lane):
         """Atomic ticket per (sequence, KV head); the CTA drawing the last one merges."""
         if cutlass.const_expr("fence" not in _DEBUG):
             _fence_acq_rel_gpu()
@@ -1278,9 +1308,9 @@ class Int2PagedDecodeSm90:
             if cutlass.const_expr("fence" not in _DEBUG):
                 _fence_acq_rel_gpu()
             if cutlass.const_expr("merge" not in _DEBUG):
-                self._merge_tail(opart_ptr, lse_ptr_part, o_ptr, lse_ptr, cbase, b, h, group,
-                                 num_qo_heads, num_splits, o_kind, o_stride_b, o_stride_h,
-                                 tidx, warp, lane, counter_ptr, cta)
+                self._merge_tail(opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, cbase, b, h,
+                                 group, num_qo_heads, num_splits, rv_stride, o_kind,
+                                 o_stride_b, o_stride_h, tidx, warp, lane, counter_ptr, cta)
             if tidx == 0:   # graph-safe: the counter is zero again for the next launch
                 _stg_s32(counter_ptr + (Int64(b) * Int64(num_kv_heads) + Int64(h)) * 4, 0)
 
@@ -1425,30 +1455,34 @@ class Int2PagedDecodeSm90:
         cute.arch.sync_threads()
 
     @cute.jit
-    def _merge_tail(self, opart_ptr, lsepart_ptr, o_ptr, lse_ptr, cbase, b, h, group,
-                    num_qo_heads, num_splits, o_kind, o_stride_b, o_stride_h, tidx, warp, lane,
-                    counter_ptr, cta):
-        """Run by the last CTA of (sequence ``b``, KV head ``h``) when ``1 < num_splits`` and
-        ``num_splits * group <= FUSED_TAIL_ROWS``: ``o = sum_s w_s o_s / sum_s w_s`` over the
-        splits' partials (already in the model's space, see :meth:`_rotate_out`) with
-        ``w_s = 2^(lse2_s - max)``, stored in the output dtype, and the natural-log lse. One
-        memory round trip for up to ``TAIL_ROWS`` partial rows (batch >= 8 for Qwen3-8B,
-        Llama-3-70B TP8 at batch 128): the o partial rows go to shared memory by
-        ``cp.async.cg`` (no registers) while the lse partials load (``ld.global.cg``, one per
-        thread); more rows take one more round trip per ``TAIL_ROWS``. Shared memory (the
-        free ring): lse2 / weights ``[rows]`` (row ``e = g * num_splits + s``), a block of
-        partial rows ``[TAIL_ROWS, d]``."""
+    def _merge_tail(self, opart_ptr, lsepart_ptr, rv_ptr, o_ptr, lse_ptr, cbase, b, h, group,
+                    num_qo_heads, num_splits, rv_stride, o_kind, o_stride_b, o_stride_h, tidx,
+                    warp, lane, counter_ptr, cta):
+        """Run by the last CTA of (sequence ``b``, KV head ``h``) when ``num_splits * group
+        <= FUSED_TAIL_ROWS``: merge the partials of the group's heads
+        (``w_s = 2^(lse2_s - max)``), apply ``R_V[h]^T`` on the tensor cores, store ``o`` in
+        the output dtype and the natural-log lse. One memory round trip for up to
+        ``TAIL_ROWS`` partial rows (batch >= 8 for Qwen3-8B, Llama-3-70B TP8 at batch 128):
+        the o partial rows go to shared memory by ``cp.async.cg`` (no registers), the lse
+        partials (``ld.global.cg``, one per thread) and ``R_V[h]``'s A fragments
+        (host-prepared fp16 operand, ``oscar_kernels.cute.mma_operand``: ``o^T = R_V
+        o'^T``; prefetched into L2 at the kernel's start) are in flight with them; more
+        rows take one more round trip per ``TAIL_ROWS``. Shared memory (the free ring):
+        lse2 / weights ``[rows]`` (row ``e = g * num_splits + s``), the merged ``o'``
+        ``[MAX_GROUP, d]``, a block of partial rows ``[TAIL_ROWS, d]``."""
         d = self.d
         nrows = group * num_splits
         row0 = Int64(b) * Int64(num_qo_heads) + Int64(h * group)   # (b, first head) row
         s_w = cbase
-        s_op = s_w + 32 * self.nw * 4     # one lse slot per thread
+        s_or = s_w + 32 * self.nw * 4     # one lse slot per thread
+        s_op = s_or + MAX_GROUP * d * 4
         obase = opart_ptr + row0 * Int64(num_splits) * (d * 4)
         self._tail_rows(obase, 0, nrows, s_op, tidx)
         _cp_commit()
         l_t = Float32(NEG_INF)
         if tidx < nrows:
             l_t = _ldcg_f32(lsepart_ptr + (row0 * num_splits + Int64(tidx)) * 4)
+        af = self._operand_loads(rv_ptr, h, rv_stride, tidx)
         _sts_f32(s_w + tidx * 4, l_t)     # threads >= FUSED_TAIL_ROWS: every row slot
         cute.arch.sync_threads()
         # weights per head (one warp per head; num_splits <= FUSED_TAIL_ROWS): w_s / sum w
@@ -1486,7 +1520,7 @@ class Int2PagedDecodeSm90:
         _cp_wait(0)
         cute.arch.sync_threads()
         _trace(counter_ptr, cta, 8, tidx)
-        # o[g, c] = sum_s w[g, s] o_part[g, s, c]: thread t sums channel t % d of the heads
+        # o'[g, c] = sum_s w[g, s] o_part[g, s, c]: thread t sums channel t % d of the heads
         # g = t // d (mod 128 / d), TAIL_ROWS rows a block
         hstep = 32 * self.nw // d
         ch = tidx % d
@@ -1512,14 +1546,26 @@ class Int2PagedDecodeSm90:
                         acc = acc + _lds_f32(s_w + e * 4) * _lds_f32(
                             s_op + ((e - e0) * d + ch) * 4)
                     accs[k] = acc
-        _trace(counter_ptr, cta, 9, tidx)
         for k in cutlass.range_constexpr(MAX_GROUP // hstep):
             gg = ho + hstep * k
             if gg < group:
-                _store_kind(o_ptr, Int64(b) * Int64(o_stride_b)
-                            + Int64(h * group + gg) * Int64(o_stride_h) + Int64(ch), accs[k],
-                            o_kind)
+                _sts_f32(s_or + (gg * d + ch) * 4, accs[k])
+        _trace(counter_ptr, cta, 9, tidx)
+        cute.arch.sync_threads()
+        # o[g, e] = sum_c R_V[h, e, c] o'[g, c]: warp w owns output channels of its M tiles
+        g = lane // 4
+        quad = lane % 4
+        bf, inv_n = self._rows_b_frags(s_or, group, g, quad)
         _trace(counter_ptr, cta, 10, tidx)
+        for j in cutlass.range_constexpr(d // (16 * self.nw)):
+            c = self._mma_f16_tile(af, j, bf)
+            ch_o = (warp * (d // (16 * self.nw)) + j) * 16 + g
+            for r in cutlass.range_constexpr(4):
+                n = 2 * quad + r % 2
+                if n < group:
+                    oel = (Int64(b) * Int64(o_stride_b) + Int64(h * group + n)
+                           * Int64(o_stride_h) + Int64(ch_o + 8 * (r // 2)))
+                    _store_kind(o_ptr, oel, c[r] * inv_n[r % 2], o_kind)
 
     def _tail_rows(self, obase, e0, nrows, s_op, tidx):
         """``cp.async.cg`` of the o partial rows ``e0 .. e0 + TAIL_ROWS`` (rows past

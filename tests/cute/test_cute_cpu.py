@@ -197,6 +197,26 @@ def test_explicit_warps_is_checked(head_dim, warps):
         cute.decode_steps(q, cache, *table, rot, rot, 0.1, warps=warps)
 
 
+@pytest.mark.parametrize("num_splits,gqa", [(17, 8), (33, 4), (65, 2)])
+def test_wide_build_refuses_the_merge_kernel(num_splits, gqa):
+    """The 8-warp build merges in its fused tail only (its partials stay in the rotated
+    space; the merge kernel takes them un-rotated): more than FUSED_TAIL_ROWS partial rows
+    with ``warps=8`` is a typed error naming num_splits, before any launch."""
+    from oscar_kernels import Int2PagedKVCache
+    from oscar_kernels.errors import UnsupportedConfigError
+
+    spec = CacheSpec(num_kv_heads=1, head_dim=128, page_size=16)
+    cache = Int2PagedKVCache.allocate(spec, 4, 1, device="cpu")
+    q = torch.randn(1, gqa, 128).to(torch.bfloat16)
+    table = [torch.tensor([0, 1], dtype=torch.int32), torch.tensor([0], dtype=torch.int32),
+             torch.tensor([5], dtype=torch.int32), torch.tensor([0], dtype=torch.int32)]
+    rot = torch.eye(128)[None]
+    assert num_splits * gqa > cute.FUSED_TAIL_ROWS
+    with pytest.raises(UnsupportedConfigError, match=f"num_splits: the 8-warp build merges at "
+                       f"most 128 partial rows .* got {num_splits} splits"):
+        cute.decode_steps(q, cache, *table, rot, rot, 0.1, warps=8, num_splits=num_splits)
+
+
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("shared", [True, False])
 @pytest.mark.parametrize("transpose", [True, False])

@@ -194,18 +194,39 @@ def test_cute_decode_strided_q_and_out(dtype):
 @pytest.mark.parametrize("num_splits", [1, 3, 5, 12, 16, 17, 61, 128])
 @pytest.mark.parametrize("warps", [4, 8])
 def test_cute_decode_num_splits_and_tickets(num_splits, layout, warps):
-    """Any split count 1..MAX_SPLITS merges correctly in the last CTA of each (sequence, KV
-    head), and every launch leaves the tickets zero (so repeated calls and graph replays
-    start clean)."""
+    """Any split count 1..MAX_SPLITS merges correctly (one split stores o directly in the
+    4-warp build; the fused tail in the last CTA of each (sequence, KV head); the merge
+    kernel past FUSED_TAIL_ROWS partial rows, 4-warp build only: the 8-warp build refuses
+    it by name), and every launch leaves the tickets zero (so repeated calls and graph
+    replays start clean)."""
+    _splits_case(num_splits, layout, warps, 128, 8)
+
+
+@needs_sm90
+@pytest.mark.parametrize("head_dim,warps", [(64, 4), (128, 4), (128, 8)])
+@pytest.mark.parametrize("num_splits", [1, 2, 33, 128])
+def test_cute_decode_pair_num_splits(num_splits, head_dim, warps):
+    """The same for the pair kernel (GQA 4) at both head_dims: one split (the CTA applies
+    R_V^T and stores o), 2 splits (fused tail), 33 and 128 (132 and 512 rows: the merge
+    kernel on partials the CTAs rotated)."""
+    _splits_case(num_splits, "HND", warps, head_dim, 4)
+
+
+def _splits_case(num_splits, layout, warps, head_dim, gqa):
     from oscar_kernels import cute
+    from oscar_kernels.errors import UnsupportedConfigError
 
     dev = torch.device("cuda")
-    gen = torch.Generator().manual_seed(31 + num_splits + warps)
-    spec = CacheSpec(num_kv_heads=1, head_dim=128, page_size=16, kv_layout=layout)
-    cache, table, rot, q = _fill(spec, [6000, 1, 0, 333], gen, 8, dev)
+    gen = torch.Generator().manual_seed(31 + num_splits + warps + head_dim + gqa)
+    spec = CacheSpec(num_kv_heads=1, head_dim=head_dim, page_size=16, kv_layout=layout)
+    cache, table, rot, q = _fill(spec, [6000, 1, 0, 333], gen, gqa, dev)
     scale = spec.head_dim ** -0.5
-    ref32, ref_lse, yard = reference_decode(cache, table, rot, q, scale)
     rk, rv = rot.per_head(spec.num_kv_heads)
+    if warps == 8 and num_splits * gqa > cute.FUSED_TAIL_ROWS:
+        with pytest.raises(UnsupportedConfigError, match="num_splits: the 8-warp build"):
+            cute.decode(q, cache, *table, rk, rv, scale, num_splits=num_splits, warps=warps)
+        return
+    ref32, ref_lse, yard = reference_decode(cache, table, rot, q, scale)
     for _ in range(2):
         out = torch.full_like(q, float("nan"))
         got, lse = cute.decode(q, cache, *table, rk, rv, scale, out=out, num_splits=num_splits,
