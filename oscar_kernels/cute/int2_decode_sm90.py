@@ -1331,14 +1331,16 @@ class Int2PagedDecodeSm90:
         bf, inv_n = self._rows_b_frags(s_rows, group, g, quad)
         # element (head n, channel e) at base + (n * n_stride + e) * size: the partial
         # [b, h * group + n, split, e] (float32), or with one split o[b, h * group + n, e]
-        one = num_splits == 1
-        base = Int64(cutlass.select_(one, o_ptr, opart_ptr))
-        kind = Int32(cutlass.select_(one, o_kind, 0))
         row0 = Int64(b) * Int64(num_qo_heads) + Int64(h * group)
-        part0 = (row0 * num_splits + split) * d
-        out0 = Int64(b) * Int64(o_stride_b) + Int64(h * group) * Int64(o_stride_h)
-        el0 = Int64(cutlass.select_(one, out0, part0))
-        n_stride = Int64(cutlass.select_(one, o_stride_h, num_splits * d))
+        base = o_ptr
+        kind = o_kind
+        el0 = Int64(b) * Int64(o_stride_b) + Int64(h * group) * Int64(o_stride_h)
+        n_stride = Int64(o_stride_h)
+        if num_splits > 1:
+            base = opart_ptr
+            kind = Int32(0)
+            el0 = (row0 * num_splits + split) * d
+            n_stride = Int64(num_splits * d)
         for j in cutlass.range_constexpr(mt_w):
             c = self._mma_f16_tile(af, j, bf)
             ch_o = (warp * mt_w + j) * 16 + g
