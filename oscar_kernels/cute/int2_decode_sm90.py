@@ -720,7 +720,8 @@ class Int2PagedDecodeSm90:
         # ring + q rows (float32) + q' (bf16)
         self.smem_bytes = self.ring_bytes + MAX_GROUP * d * (4 + 2) + self.nw * 2 * P_TILE
         assert self.nw * self.combine_bytes <= self.ring_bytes
-        merge_bytes = (32 * self.nw + MAX_GROUP * d + TAIL_ROWS * d) * 4
+        self.tail_rows = 64 if self.pair and self.nw == 8 else TAIL_ROWS
+        merge_bytes = (32 * self.nw + MAX_GROUP * d + self.tail_rows * d) * 4
         assert merge_bytes <= self.ring_bytes
         assert FUSED_TAIL_ROWS <= 32 * self.nw   # one lse partial per thread in the tail
 
@@ -1530,7 +1531,7 @@ class Int2PagedDecodeSm90:
         accs = cute.make_rmem_tensor((MAX_GROUP // hstep,), Float32)
         for k in cutlass.range_constexpr(MAX_GROUP // hstep):
             accs[k] = Float32(0.0)
-        for e0 in cutlass.range(0, nrows, TAIL_ROWS):
+        for e0 in cutlass.range(0, nrows, self.tail_rows):
             if e0 > 0:     # more rows than one block (batch 1-4): one round trip each
                 cute.arch.sync_threads()
                 self._tail_rows(obase, e0, nrows, s_op, tidx)
@@ -1541,7 +1542,7 @@ class Int2PagedDecodeSm90:
                 gg = ho + hstep * k
                 if gg < group:
                     s_lo = cutlass.max(e0 - gg * num_splits, 0)
-                    s_hi = cutlass.min(e0 + TAIL_ROWS - gg * num_splits, num_splits)
+                    s_hi = cutlass.min(e0 + self.tail_rows - gg * num_splits, num_splits)
                     acc = accs[k]
                     for sidx in cutlass.range(s_lo, s_hi, 1, unroll=self.tail_unroll):
                         e = gg * num_splits + sidx
@@ -1574,7 +1575,7 @@ class Int2PagedDecodeSm90:
         ``nrows`` zero-filled, nothing read) into ``s_op``; no commit."""
         d = self.d
         per_row = d // 4                       # 16-byte pieces per row of d float32
-        for j in range(TAIL_ROWS * per_row // (32 * self.nw)):
+        for j in range(self.tail_rows * per_row // (32 * self.nw)):
             i = tidx + j * (32 * self.nw)
             r = i // per_row
             col = i - r * per_row
