@@ -1297,17 +1297,21 @@ class Int2PagedDecodeSm90:
                           s_x, cbase, b, h, cta, group, num_kv_heads, num_qo_heads, num_splits,
                           rv_stride, o_kind, o_stride_b, o_stride_h, tidx, warp, lane):
         """Atomic ticket per (sequence, KV head); the CTA drawing the last one merges."""
-        if cutlass.const_expr("fence" not in _DEBUG):
-            _fence_acq_rel_gpu()
+        # the cooperative-groups grid-barrier pattern: the CTA barrier orders every thread's
+        # partial stores before thread 0's gpu-scope fence + ticket (release), and thread
+        # 0's fence after the ticket before the barrier that the merging threads' loads
+        # follow (acquire)
         cute.arch.sync_threads()
         if tidx == 0:
-            _sts_i32(s_x, _atom_add_s32(counter_ptr + (Int64(b) * Int64(num_kv_heads)
-                                                      + Int64(h)) * 4, 1))
+            if cutlass.const_expr("fence" not in _DEBUG):
+                _fence_acq_rel_gpu()
+            t = _atom_add_s32(counter_ptr + (Int64(b) * Int64(num_kv_heads) + Int64(h)) * 4, 1)
+            if cutlass.const_expr("fence" not in _DEBUG):
+                _fence_acq_rel_gpu()
+            _sts_i32(s_x, t)
         cute.arch.sync_threads()
         _trace(counter_ptr, cta, 5, tidx)
         if _lds_b32(s_x) == num_splits - 1:
-            if cutlass.const_expr("fence" not in _DEBUG):
-                _fence_acq_rel_gpu()
             if cutlass.const_expr("merge" not in _DEBUG):
                 self._merge_tail(opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, cbase, b, h,
                                  group, num_qo_heads, num_splits, rv_stride, o_kind,
