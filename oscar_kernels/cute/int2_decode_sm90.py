@@ -58,11 +58,14 @@ bundle holds 3 small libraries per head_dim plus the 2 wide decode builds at 128
      2026-11-30_h200_s12_ab_r1_*``), and the wide builds keep their session-11 code (the
      same change moved their main loops: 149.5 -> 151.5 and 176.5 -> 179 SASS per chunk).
   4. When ``num_splits * group <= FUSED_TAIL_ROWS`` (128; in the 4-warp builds and more than
-     one split): an atomic ticket per (sequence, KV head) (``fence.acq_rel.gpu`` +
-     ``atom.add``); the CTA that draws the last one merges the partials, applies
+     one split): an atomic ticket per (sequence, KV head) (CTA barrier, then thread 0's
+     ``fence.acq_rel.gpu`` + ``atom.add`` + ``fence.acq_rel.gpu``, the cooperative-groups
+     grid-barrier pattern; every thread fenced before session 12, qwen3-8b batch 1 0.2-0.4
+     us slower); the CTA that draws the last one merges the partials, applies
      ``R_V[h]^T`` on the tensor cores, stores ``o`` in q's dtype through the output strides
      (straight into ``out``) and the natural-log lse, and resets the ticket to 0 (so
-     CUDA-graph replays start clean). One memory round trip for up to 32 partial rows: the
+     CUDA-graph replays start clean). One memory round trip for up to 32 partial rows (64
+     in the wide pair build, session 12: qwen3-8b batch 1's 16 splits x 4 heads): the
      rows by ``cp.async.cg`` into the free ring, the lse partials and ``R_V``'s fragments
      (prefetched into L2 by split 0) in flight with them (session 8; before: lse, o rows and
      ``R_V`` in three dependent round trips).
@@ -312,19 +315,23 @@ gave ``decode`` one running-max update per chunk pair (history above). Each warp
 wide build owns one M tile of the query / output rotations (``d / (16 * warps)``), which is
 why head_dim 64 (4 M tiles) has no wide build.
 
-Resource usage (cuobjdump of the bundle's cubins, ``perf/sass_report.py``, session 11:
-perf/results/2026-11-30_sass_report_s11_final.txt): every decode kernel 128 registers per
-thread; the 4-warp builds have no stack and no spills (session 7's builds had 24-40 B
-stacks: decode_pair D=128 two LDLs in the main loop off its fast path, decode D=128 one LDL
-per two chunks on it; earlier builds up to 72 B), the wide builds small stacks outside the
-main loop (decode_pair_w8 24 B, 3 STL; decode_w8 8 B, 1 STL; no spills in the loop);
-45,056 B dynamic smem at D=128 (ring 36,864 + q rows + q' + P tiles; the merge tail reuses
-the ring), 83,968 B in the wide build (ring 73,728). SASS at D=128: ``decode`` 32
-IMMA.16832.U8.S8 (QK) + 96 HMMA.16816 (PV, the query rotation, the output rotation, BF16
-window chunks in two places) + 10 LDSM + 40 LDGSTS (ring and merge-tail rows) + 1 ATOMG;
-``decode_pair`` 16 IMMA + 96 HMMA + 8 LDSM + 40 LDGSTS; no UTMALDG (see "No TMA" above).
-Fast path per chunk: decode_pair D=128 149.5 SASS, decode D=128 178.5, D=64 113.5 / 130.5;
-wide builds 149.5 / 176.5 (80 HMMA, 32 LDGSTS); merge kernels 56 / 48 registers.
+Resource usage (cuobjdump of the bundle's cubins, ``perf/sass_report.py``, session 12:
+perf/results/2026-11-30_sass_report_s12_final.txt): every decode kernel 128 registers per
+thread (``decode`` D=64 124); the 4-warp builds have no stack and no spills (session 7's
+builds had 24-40 B stacks: decode_pair D=128 two LDLs in the main loop off its fast path,
+decode D=128 one LDL per two chunks on it; earlier builds up to 72 B), the wide builds small
+stacks outside the main loop (decode_pair_w8 24 B, 3 STL; decode_w8 8 B, 1 STL; no spills
+in the loop); 45,056 B dynamic smem at D=128 (ring 36,864 + q rows + q' + P tiles; the merge
+tail reuses the ring, the 4-warp builds' own output rotation the q rows), 83,968 B in the
+wide build (ring 73,728). SASS at D=128: ``decode`` 32 IMMA.16832.U8.S8 (QK) + 112
+HMMA.16816 (PV, the query rotation, the output rotation in the merge tail and in the CTA,
+BF16 window chunks in two places) + 10 LDSM + 40 LDGSTS (ring and merge-tail rows) + 1
+ATOMG; ``decode_pair`` 16 IMMA + 112 HMMA + 8 LDSM + 40 LDGSTS; the wide builds 80 HMMA (no
+CTA output rotation), decode_pair_w8 40 LDGSTS (64-row tail blocks), decode_w8 32; no
+UTMALDG (see "No TMA" above). Fast path per chunk: decode_pair D=128 149.5 SASS, decode
+D=128 175.5 (178.5 in session 11: the CTA output rotation moved ptxas's allocation, a
+3-SASS gain by chance), D=64 113.5 / 131; wide builds 149.5 / 176.5 (listings identical to
+session 11's); merge kernels 62 / 52 registers.
 
 Debug builds: ``OSCAR_CUTE_DEBUG`` (read at import, so set it for ``aot build``) compiles in
 phase skips (timing only) or the %globaltimer trace; unset, the kernels are byte-identical
@@ -720,6 +727,9 @@ class Int2PagedDecodeSm90:
         # ring + q rows (float32) + q' (bf16)
         self.smem_bytes = self.ring_bytes + MAX_GROUP * d * (4 + 2) + self.nw * 2 * P_TILE
         assert self.nw * self.combine_bytes <= self.ring_bytes
+        # partial rows per merge-tail round trip: the wide pair build stages 64 (qwen3-8b
+        # batch 1: 16 splits x 4 heads in one; its main loop's SASS listing unchanged;
+        # batch 2-3 0.3-1 us faster, ..._s12_ab_t64_68ef28d.txt)
         self.tail_rows = 64 if self.pair and self.nw == 8 else TAIL_ROWS
         merge_bytes = (32 * self.nw + MAX_GROUP * d + self.tail_rows * d) * 4
         assert merge_bytes <= self.ring_bytes
@@ -1469,14 +1479,15 @@ class Int2PagedDecodeSm90:
         <= FUSED_TAIL_ROWS``: merge the partials of the group's heads
         (``w_s = 2^(lse2_s - max)``), apply ``R_V[h]^T`` on the tensor cores, store ``o`` in
         the output dtype and the natural-log lse. One memory round trip for up to
-        ``TAIL_ROWS`` partial rows (batch >= 8 for Qwen3-8B, Llama-3-70B TP8 at batch 128):
+        ``self.tail_rows`` partial rows (``TAIL_ROWS``, 64 in the wide pair build; batch >= 8
+        for Qwen3-8B, Llama-3-70B TP8 at batch 128):
         the o partial rows go to shared memory by ``cp.async.cg`` (no registers), the lse
         partials (``ld.global.cg``, one per thread) and ``R_V[h]``'s A fragments
         (host-prepared fp16 operand, ``oscar_kernels.cute.mma_operand``: ``o^T = R_V
         o'^T``; prefetched into L2 at the kernel's start) are in flight with them; more
-        rows take one more round trip per ``TAIL_ROWS``. Shared memory (the free ring):
+        rows take one more round trip per block. Shared memory (the free ring):
         lse2 / weights ``[rows]`` (row ``e = g * num_splits + s``), the merged ``o'``
-        ``[MAX_GROUP, d]``, a block of partial rows ``[TAIL_ROWS, d]``."""
+        ``[MAX_GROUP, d]``, a block of partial rows ``[self.tail_rows, d]``."""
         d = self.d
         nrows = group * num_splits
         row0 = Int64(b) * Int64(num_qo_heads) + Int64(h * group)   # (b, first head) row
@@ -1528,7 +1539,7 @@ class Int2PagedDecodeSm90:
         cute.arch.sync_threads()
         _trace(counter_ptr, cta, 8, tidx)
         # o'[g, c] = sum_s w[g, s] o_part[g, s, c]: thread t sums channel t % d of the heads
-        # g = t // d (mod 128 / d), TAIL_ROWS rows a block
+        # g = t // d (mod 128 / d), self.tail_rows rows a block
         hstep = 32 * self.nw // d
         ch = tidx % d
         ho = tidx // d
@@ -1575,7 +1586,7 @@ class Int2PagedDecodeSm90:
                     _store_kind(o_ptr, oel, c[r] * inv_n[r % 2], o_kind)
 
     def _tail_rows(self, obase, e0, nrows, s_op, tidx):
-        """``cp.async.cg`` of the o partial rows ``e0 .. e0 + TAIL_ROWS`` (rows past
+        """``cp.async.cg`` of the o partial rows ``e0 .. e0 + self.tail_rows`` (rows past
         ``nrows`` zero-filled, nothing read) into ``s_op``; no commit."""
         d = self.d
         per_row = d // 4                       # 16-byte pieces per row of d float32
