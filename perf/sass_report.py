@@ -162,8 +162,10 @@ def main(argv=None) -> int:
     ap.add_argument("--head-dims", type=int, nargs="+", default=[128, 64])
     ap.add_argument("--kernels", nargs="+",
                     default=["decode_pair", "decode", "decode_pair_w8", "decode_w8", "merge"],
-                    choices=["decode_pair", "decode", "decode_pair_w8", "decode_w8", "merge"],
-                    help="*_w8: CTAs of 8 warps (head_dim 128 only; skipped at other dims)")
+                    choices=["decode_pair", "decode", "decode_pair_w8", "decode_w8", "merge",
+                             "decode_pair_anypage", "decode_anypage"],
+                    help="*_w8: CTAs of 8 warps (head_dim 128 only; skipped at other dims); "
+                         "*_anypage: the build for pages that are not a multiple of 16")
     ap.add_argument("--cuobjdump", default=None)
     ap.add_argument("--dump-fast", default=None, metavar="DIR",
                     help="also write each decode kernel's fast-path listing (one iteration, "
@@ -186,7 +188,8 @@ def main(argv=None) -> int:
                 if warps == 8 and d != 128:
                     continue
                 start = time.time()
-                cfg = Int2DecodeConfig(d, pair=kind.startswith("decode_pair"), warps=warps)
+                cfg = Int2DecodeConfig(d, pair=kind.startswith("decode_pair"), warps=warps,
+                                       any_page=kind.endswith("_anypage"))
                 (compile_merge if kind == "merge" else compile_decode)(cfg)
                 new = sorted((f for f in glob.glob(os.path.join(dump, "**", "*.cubin"),
                                                    recursive=True)

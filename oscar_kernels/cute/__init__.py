@@ -23,7 +23,8 @@ MAX_GROUP = 8
 #: GQA ratios up to this run the ``decode_pair`` kernel (query heads in MMA columns 0-3 and
 #: again 4-7, two chunks per softmax pass).
 PAIR_MAX_GROUP = 4
-#: Tokens per chunk; a chunk must lie inside one page.
+#: Tokens per chunk. With pages of a multiple of CHUNK tokens a chunk lies inside one page
+#: (one row per chunk); other page sizes run the ``*_anypage`` build (a row per token).
 CHUNK = 16
 #: Resident warps per SM the split heuristic plans for, and the kernels' launch bound (128
 #: registers per thread: 65536 / (128 x 32)); a CTA of 4 warps -> 4 CTAs per SM.
@@ -103,9 +104,6 @@ def can_implement(op: str, *, device, spec, num_qo_heads: int, dtype) -> None:
             f"{spec.head_dim}), got {spec.group_size}")
     if spec.scale_dtype != torch.float16:
         raise UnsupportedConfigError(f"scale_dtype: the CuTe kernel needs torch.float16, got {spec.scale_dtype}")
-    if spec.page_size % CHUNK != 0:
-        raise UnsupportedConfigError(
-            f"page_size: the CuTe kernel needs a multiple of {CHUNK}, got {spec.page_size}")
     group = num_qo_heads // spec.num_kv_heads
     if not 1 <= group <= MAX_GROUP:
         raise UnsupportedConfigError(
@@ -121,6 +119,11 @@ def can_implement(op: str, *, device, spec, num_qo_heads: int, dtype) -> None:
     dims = _bundle.available_head_dims()
     if spec.head_dim not in dims:
         raise BackendUnavailableError(f"head_dim: this build holds CuTe kernels for {dims} only, got {spec.head_dim}")
+    any_page = spec.page_size % CHUNK != 0
+    if any_page and not _bundle.has_kernel(decode_op(group, any_page), spec.head_dim):
+        raise UnsupportedConfigError(
+            f"page_size: this CuTe build has kernels for multiples of {CHUNK} only (a bundle "
+            f"before the any-page build), got {spec.page_size}")
 
 
 def num_splits_for(batch_size: int, num_kv_heads: int, num_sms: int, group: int = 1,
@@ -204,15 +207,17 @@ def plan(batch_size: int, num_kv_heads: int, num_sms: int, group: int, head_dim:
     return 4, splits
 
 
-def decode_op(group: int) -> str:
+def decode_op(group: int, any_page: bool = False) -> str:
     """The bundle op that runs a GQA ratio: ``decode_pair`` up to ``PAIR_MAX_GROUP``, else
-    ``decode``."""
-    return "decode_pair" if group <= PAIR_MAX_GROUP else "decode"
+    ``decode``; ``*_anypage`` for pages that are not a multiple of ``CHUNK`` tokens."""
+    return ("decode_pair" if group <= PAIR_MAX_GROUP else "decode") + (
+        "_anypage" if any_page else "")
 
 
-def wide_available(group: int, head_dim: int) -> bool:
-    """Whether this process has the wide (8-warp) build of the decode op for ``group``."""
-    return _bundle.has_kernel(decode_op(group), head_dim, 8)
+def wide_available(group: int, head_dim: int, any_page: bool = False) -> bool:
+    """Whether this process has the wide (8-warp) build of the decode op for ``group``
+    (never for the any-page build)."""
+    return not any_page and _bundle.has_kernel(decode_op(group), head_dim, 8)
 
 
 def _row_strides(spec) -> tuple[int, int, int]:
@@ -259,10 +264,16 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
            "None, 4 or (head_dim 128) 8", warps)
     expect(num_splits is None or isinstance(num_splits, int) and 1 <= num_splits <= MAX_SPLITS,
            "num_splits", f"an int in [1, {MAX_SPLITS}]", num_splits)
+    any_page = spec.page_size % CHUNK != 0
+    if any_page and warps == 8:
+        raise UnsupportedConfigError(
+            f"warps: pages of {spec.page_size} tokens (not a multiple of {CHUNK}) run the "
+            "any-page build, which has CTAs of 4 warps only; got 8")
     if warps is None or num_splits is None:
         sms = torch.cuda.get_device_properties(dev).multi_processor_count
         if warps is None:
-            warps, planned = plan(batch_size, h, sms, group, d, wide_available(group, d))
+            warps, planned = plan(batch_size, h, sms, group, d,
+                                  wide_available(group, d, any_page))
         else:
             planned = num_splits_for(batch_size, h, sms, group, warps)
             if warps == 8:      # the wide build merges in its fused tail only (below)
@@ -295,8 +306,9 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
             num_splits, rk_stride, rv_op_stride, _kind(q.dtype), q.stride(0), q.stride(1),
             _kind(o.dtype), o.stride(0), o.stride(1)]
     scale_log2 = float(sm_scale) * math.log2(math.e)
-    # GQA ratio <= 4: the kernel specialized to run two chunks per softmax pass
-    kernel = _bundle.get_kernel(decode_op(group), d, warps)
+    # GQA ratio <= 4: the kernel specialized to run two chunks per softmax pass; pages that
+    # are not a multiple of CHUNK tokens: the any-page build
+    kernel = _bundle.get_kernel(decode_op(group, any_page), d, warps)
 
     def run_decode():
         # q @ R_K, attention over this CTA's split, then either (one split, or the merge

@@ -5,7 +5,9 @@ A bundle is a directory with ``manifest.json`` and one ``lib<name>.so`` per kern
 ``int <name>_load(void)`` and ``int <name>_run(...)``: for ``decode`` and ``decode_pair``
 (the same kernel specialized for GQA ratios <= 4) 18 int64 pointers, 18 int32, one float
 and the stream; ``merge`` 4 pointers, 7 int32 and the stream). The decode ops exist for
-CTAs of 4 warps (every head_dim) and 8 warps (``_w8``, head_dim 128; manifest ``"warps"``).
+CTAs of 4 warps (every head_dim) and 8 warps (``_w8``, head_dim 128; manifest ``"warps"``);
+``decode_anypage`` / ``decode_pair_anypage`` (same ABI, 4 warps) take pages whose size is
+not a multiple of 16 (bundles before session 12 lack them: such caches fall back then).
 The directory is ``$OSCAR_CUTE_BUNDLE`` when set, else ``oscar_kernels/cute/prebuilt``.
 ``OSCAR_CUTE_MODE=bundle`` or ``=jit`` forces one source. Nothing here needs a GPU to
 import; loading a library needs ``libcudart.so.13`` (import torch first, it loads it).
@@ -34,8 +36,12 @@ _ARGTYPES = {
     "decode": _DECODE_ARGS,
     "decode_pair": _DECODE_ARGS,        # the same launcher, specialized for GQA <= 4
     "merge": [ctypes.c_int64] * 4 + [ctypes.c_int32] * 7 + [ctypes.c_void_p],
+    "decode_anypage": _DECODE_ARGS,     # pages of any size (not a multiple of 16)
+    "decode_pair_anypage": _DECODE_ARGS,
 }
 OPS = tuple(_ARGTYPES)
+#: the ops a head_dim needs to count as available (the any-page ones are optional)
+CORE_OPS = ("decode", "decode_pair", "merge")
 
 _lock = threading.Lock()
 _cache: dict[str, Callable] = {}
@@ -50,6 +56,8 @@ def kernel_name(op: str, head_dim: int, warps: int = 4) -> str:
     wide = "_w8" if warps == 8 else ""
     return {"decode": f"int2_decode{wide}_sm90_d{head_dim}",
             "decode_pair": f"int2_decode_pair{wide}_sm90_d{head_dim}",
+            "decode_anypage": f"int2_decode_anypage{wide}_sm90_d{head_dim}",
+            "decode_pair_anypage": f"int2_decode_pair_anypage{wide}_sm90_d{head_dim}",
             "merge": f"int2_decode_merge_sm90_d{head_dim}"}[op]
 
 
@@ -98,7 +106,7 @@ def available_head_dims() -> tuple[int, ...]:
         lib = os.path.join(bundle_dir(), str(entry.get("library", "")))
         if entry.get("op") in OPS and entry.get("warps", 4) == 4 and os.path.isfile(lib):
             found.setdefault(int(entry["head_dim"]), set()).add(entry["op"])
-    dims = [d for d, ops in found.items() if ops == set(OPS)]
+    dims = [d for d, ops in found.items() if set(CORE_OPS) <= ops]
     if not dims:
         raise BackendUnavailableError(f"CuTe bundle {bundle_dir()!r} holds no decode kernel")
     return tuple(sorted(dims))
@@ -108,7 +116,7 @@ def has_kernel(op: str, head_dim: int, warps: int = 4) -> bool:
     """Whether this process can run ``op`` for ``head_dim`` with CTAs of ``warps`` warps
     (JIT: every valid combination; a bundle: what its manifest lists)."""
     if mode() == "jit":
-        return warps == 4 or (warps == 8 and head_dim == 128 and op != "merge")
+        return warps == 4 or (warps == 8 and head_dim == 128 and op in ("decode", "decode_pair"))
     try:
         entry = read_manifest()["kernels"].get(kernel_name(op, head_dim, warps))
     except BackendUnavailableError:
@@ -152,7 +160,8 @@ def _load_jit_kernel(op: str, head_dim: int, warps: int) -> Callable:
 
     from .int2_decode_sm90 import Int2DecodeConfig, compile_decode, compile_merge
 
-    cfg = Int2DecodeConfig(head_dim=head_dim, pair=op == "decode_pair", warps=warps)
+    cfg = Int2DecodeConfig(head_dim=head_dim, pair=op.startswith("decode_pair"), warps=warps,
+                           any_page=op.endswith("_anypage"))
     compiled = (compile_merge if op == "merge" else compile_decode)(cfg)
 
     def launch(*args) -> None:

@@ -7,8 +7,8 @@ Runs on a machine without a GPU (``CUTE_DSL_ARCH=sm_90a``), in an environment wi
     CUTE_DSL_ARCH=sm_90a /work/cute13/bin/python -m oscar_kernels.cute.aot build \\
         --out oscar_kernels/cute/prebuilt --cuda /usr/local/cuda-13.0
 
-For every static compile key (``head_dim`` in {64, 128}; GQA class; at head_dim 128 also
-CTAs of 8 warps) it ``cute.compile``s the decode kernel (query rotation, attention, and for
+For every static compile key (``head_dim`` in {64, 128}; GQA class; page sizes that are a
+multiple of 16 or any (``*_anypage``); at head_dim 128 also CTAs of 8 warps) it ``cute.compile``s the decode kernel (query rotation, attention, and for
 few splits the merge in one launch) and the separate split merge,
 ``export_to_c`` (an object file embedding the sm_90a cubin), then links a ~40 KB shared
 library with a two-function C ABI::
@@ -100,6 +100,11 @@ def build(out_dir: str, cuda_home: str, head_dims=HEAD_DIMS) -> dict:
         builds = [("decode", cfg.name, compile_decode, cfg),
                   ("decode_pair", pair.name, compile_decode, pair),
                   ("merge", cfg.merge_name, compile_merge, cfg)]
+        # pages of any size (not a multiple of 16 tokens), 4 warps per CTA
+        for op, c in (("decode_anypage", Int2DecodeConfig(head_dim=d, any_page=True)),
+                      ("decode_pair_anypage",
+                       Int2DecodeConfig(head_dim=d, pair=True, any_page=True))):
+            builds.append((op, c.name, compile_decode, c))
         if d == 128:   # the wide build: 8 warps per CTA (oscar_kernels.cute.plan)
             for op, c in (("decode", Int2DecodeConfig(head_dim=d, warps=8)),
                           ("decode_pair", Int2DecodeConfig(head_dim=d, pair=True, warps=8))):

@@ -405,11 +405,16 @@ class Int2DecodeConfig:
     #: Warps per CTA (every warp an independent KV split): 4 (4 CTAs per SM) or 8 (2 CTAs
     #: per SM, head_dim 128 only: the query / output rotation gives each warp an M tile)
     warps: int = 4
+    #: Pages of any size (not a multiple of CHUNK, e.g. SGLang's default 1): a chunk's 16
+    #: tokens may lie in several pages, so every lane finds its token's page (see
+    #: ``_page_row_any``); 4 warps only
+    any_page: bool = False
 
     @property
     def name(self) -> str:
         wide = "_w8" if self.warps == 8 else ""
-        return f"int2_decode{'_pair' if self.pair else ''}{wide}_sm90_d{self.head_dim}"
+        anyp = "_anypage" if self.any_page else ""
+        return f"int2_decode{'_pair' if self.pair else ''}{anyp}{wide}_sm90_d{self.head_dim}"
 
     @property
     def merge_name(self) -> str:
@@ -628,6 +633,22 @@ def _cp_async4_if(c, n, smem_addr, gaddr):
          "cp.async.ca.shared.global [{$r2}], [{$r3}], 4, sz; }", [], [c, n, smem_addr, gaddr])
 
 
+def _udiv_rcp(x, d, inv):
+    """``floor(x / d)`` for ``0 <= x < 2^24``, ``d >= 1``, ``inv = 1 / d`` (float): the
+    truncated product and one correction each way."""
+    return _ptx("{ .reg .f32 f; .reg .s32 q, r; .reg .pred p; cvt.rn.f32.s32 f, {$r0}; "
+                "mul.f32 f, f, {$r2}; cvt.rzi.s32.f32 q, f; mul.lo.s32 r, q, {$r1}; "
+                "sub.s32 r, {$r0}, r; setp.ge.s32 p, r, {$r1}; @p add.s32 q, q, 1; "
+                "setp.lt.s32 p, r, 0; @p sub.s32 q, q, 1; mov.b32 {$w0}, q; }",
+                [Int32], [x, d, inv])
+
+
+def _ldg_s32_if(addr, flag):
+    """``*addr`` when ``flag`` != 0, else 0 (predicated load, no branch)."""
+    return _ptx("{ .reg .pred p; setp.ne.s32 p, {$r1}, 0; mov.b32 {$w0}, 0; "
+                "@p ld.global.s32 {$w0}, [{$r0}]; }", [Int32], [addr, flag])
+
+
 def _cp_commit():
     _ptx("cp.async.commit_group;", [], [])
 
@@ -695,6 +716,9 @@ class Int2PagedDecodeSm90:
         if config.warps not in CTA_WARPS or (d // 16) % config.warps != 0:
             raise ValueError(f"warps: expected one of {CTA_WARPS} dividing head_dim / 16 = "
                              f"{d // 16}, got {config.warps}")
+        if config.any_page and config.warps != 4:
+            raise ValueError(f"warps: the any-page build has 4 warps per CTA, got {config.warps}")
+        self.any_page = config.any_page
         self.config = config
         self.d = d
         self.nw = config.warps         # warps per CTA
@@ -903,7 +927,15 @@ class Int2PagedDecodeSm90:
         pt = cute.make_rmem_tensor((2,), Int32)
         pt[0] = Int32(0)
         pt[1] = Int32(0)
-        if n_mine > 0:
+        if cutlass.const_expr(self.any_page):
+            # any page size: per chunk, lane l finds the page of token l % 16 (its scale/zero
+            # token; the code tokens' rows come by shuffle), one chunk pair ahead of its issue
+            # (pg: page id and in-page row offset of the next two chunks)
+            pg = cute.make_rmem_tensor((4,), Int32)
+            inv_ps = _rcp_exact(_i2f(page_size))
+            geo = (indices_ptr, p_begin, npages, page_size, inv_ps, stride_slot, head_row,
+                   tok0, n_mine)
+        elif n_mine > 0:
             pid0 = self._chunk_page_id(indices_ptr, p_begin, npages, page_size, tok0, lane)
             pt[1] = self._chunk_page_id(indices_ptr, p_begin, npages, page_size, tok0,
                                         32 + lane)
@@ -927,16 +959,33 @@ class Int2PagedDecodeSm90:
         # are then base + row * bytes (one mad.wide.u32 each)
         code_base = kc_ptr if cutlass.const_expr(rb == 32) else Int64(
             cutlass.select_(lane >= 16, vc_ptr, kc_ptr))
-        lc = (code_base + Int64(lc_t * stride_slot) * rb + lc_piece,
-              Int64(cutlass.select_(lane >= 16, vp_ptr, kp_ptr))
-              + Int64((lane % 16) * stride_slot) * 4,
-              lc_s, 2 * CHUNK * rb + (lane // 16) * (CHUNK * 4) + (lane % 16) * 4,
-              vc_ptr - kc_ptr)
-        # ---- prologue of the cp.async ring: chunks 0 .. stages-3, one commit group per pair
-        for k in cutlass.range_constexpr(self.stages - 2):
-            self._issue(k, n_mine, smem_warp + k * self.stage_bytes, pt[0], lc)
-            if k % 2 == 1:
-                _cp_commit()
+        if cutlass.const_expr(self.any_page):
+            # (the rows are per token here: no in-chunk token offset in the bases)
+            lc = (code_base + lc_piece, Int64(cutlass.select_(lane >= 16, vp_ptr, kp_ptr)),
+                  lc_s, 2 * CHUNK * rb + (lane // 16) * (CHUNK * 4) + (lane % 16) * 4,
+                  vc_ptr - kc_ptr)
+            # ---- prologue: the page rows of chunks 0 .. stages-3 (loads all in flight),
+            # their issues, then the rows of the loop's first chunk pair
+            rows = [self._page_row_any(k, geo, lane) for k in range(self.stages - 2)]
+            for k in cutlass.range_constexpr(self.stages - 2):
+                prow = rows[k][0] * stride_page + rows[k][1]
+                self._issue_rows(k, n_mine, smem_warp + k * self.stage_bytes, prow, lc, lane)
+                if k % 2 == 1:
+                    _cp_commit()
+            for u in cutlass.range_constexpr(2):
+                pg[2 * u], pg[2 * u + 1] = self._page_row_any(self.stages - 2 + u, geo, lane)
+        else:
+            lc = (code_base + Int64(lc_t * stride_slot) * rb + lc_piece,
+                  Int64(cutlass.select_(lane >= 16, vp_ptr, kp_ptr))
+                  + Int64((lane % 16) * stride_slot) * 4,
+                  lc_s, 2 * CHUNK * rb + (lane // 16) * (CHUNK * 4) + (lane % 16) * 4,
+                  vc_ptr - kc_ptr)
+            # ---- prologue of the cp.async ring: chunks 0 .. stages-3, one commit group per
+            # pair
+            for k in cutlass.range_constexpr(self.stages - 2):
+                self._issue(k, n_mine, smem_warp + k * self.stage_bytes, pt[0], lc)
+                if k % 2 == 1:
+                    _cp_commit()
 
         if cutlass.const_expr("rot" in _DEBUG):   # debug: q' = 1 (no rotation)
             for e in cutlass.range(tidx, MAX_GROUP * d // 2, 32 * self.nw):
@@ -1053,16 +1102,25 @@ class Int2PagedDecodeSm90:
             n_loop = Int32(0)
         for i in cutlass.range(0, n_loop, 2):
             j = i + self.stages - 2
-            if (j & 31) == 0:     # j is even: chunks j and j + 1 share a block
-                pt[0] = self._chunk_row(pt[1], page_size, stride_page, stride_slot, head_row,
-                                        tok0, j + lane)
-                pt[1] = self._chunk_page_id(indices_ptr, p_begin, npages, page_size, tok0,
-                                            j + 32 + lane)
-            for u in cutlass.range_constexpr(2):
-                self._issue(j + u, n_mine,
-                            smem_warp + ((j + u) & (self.stages - 1)) * self.stage_bytes,
-                            pt[0], lc)
-            _cp_commit()
+            if cutlass.const_expr(self.any_page):
+                for u in cutlass.range_constexpr(2):
+                    self._issue_rows(j + u, n_mine,
+                                     smem_warp + ((j + u) & (self.stages - 1)) * self.stage_bytes,
+                                     pg[2 * u] * stride_page + pg[2 * u + 1], lc, lane)
+                _cp_commit()
+                for u in cutlass.range_constexpr(2):   # the next pair's rows, a pair ahead
+                    pg[2 * u], pg[2 * u + 1] = self._page_row_any(j + 2 + u, geo, lane)
+            else:
+                if (j & 31) == 0:     # j is even: chunks j and j + 1 share a block
+                    pt[0] = self._chunk_row(pt[1], page_size, stride_page, stride_slot,
+                                            head_row, tok0, j + lane)
+                    pt[1] = self._chunk_page_id(indices_ptr, p_begin, npages, page_size, tok0,
+                                                j + 32 + lane)
+                for u in cutlass.range_constexpr(2):
+                    self._issue(j + u, n_mine,
+                                smem_warp + ((j + u) & (self.stages - 1)) * self.stage_bytes,
+                                pt[0], lc)
+                _cp_commit()
             _cp_wait(self.stages // 2 - 1)
             _syncwarp()
             sbase = smem_warp + (i & (self.stages - 1)) * self.stage_bytes
@@ -1639,6 +1697,36 @@ class Int2PagedDecodeSm90:
         """(page, slot, head) row of this warp's chunk ``c`` in page ``pid``."""
         t = tok0 + c * CHUNK
         return pid * stride_page + (t - (t // page_size) * page_size) * stride_slot + head_row
+
+    def _page_row_any(self, c, geo, lane):
+        """Any page size: ``(page id, in-page row offset + head row)`` of token ``l % 16`` of
+        this warp's chunk ``c`` for lane ``l`` (page id 0 past the sequence's pages or the
+        warp's range: nothing is read there). The page number comes from a float reciprocal
+        and one correction each way (exact for positions below 2^24)."""
+        indices_ptr, p_begin, npages, page_size, inv_ps, stride_slot, head_row, tok0, n = geo
+        x = tok0 + c * CHUNK + lane % 16
+        pn = _udiv_rcp(x, page_size, inv_ps)
+        pid = _ldg_s32_if(indices_ptr + Int64(p_begin + pn) * 4,
+                          Int32(cutlass.select_(pn < npages, 1, 0))
+                          & Int32(cutlass.select_(c < n, 1, 0)))
+        return pid, (x - pn * page_size) * stride_slot + head_row
+
+    def _issue_rows(self, c, n_mine, sdst, prow, lc, lane):
+        """Any page size: cp.async this warp's chunk ``c`` into ring stage ``sdst``; ``prow``
+        is the (page, slot, head) row of token ``lane % 16`` (this lane's scale/zero pair),
+        the code pieces' token rows come by shuffle (head_dim 128: token ``lane // 2``)."""
+        code_src, par_src, s_c, s4, dv = lc
+        crow = prow
+        if cutlass.const_expr(self.row_bytes == 32):
+            crow = _shfl_idx(prow, lane // 2)
+        ka = _mad_wide_u32(crow, self.row_bytes, code_src)
+        pa = _mad_wide_u32(prow, 4, par_src)
+        if cutlass.const_expr(self.row_bytes == 32):
+            _cp_async16_if(c, n_mine, sdst + s_c, ka)
+            _cp_async16_if(c, n_mine, sdst + s_c + CHUNK * 32, ka + dv)
+        else:
+            _cp_async16_if(c, n_mine, sdst + s_c, ka)
+        _cp_async4_if(c, n_mine, sdst + s4, pa)
 
     def _issue(self, c, n_mine, sdst, blk, lc):
         """cp.async this warp's chunk ``c`` (K/V codes + scale/zero pairs) into ring stage

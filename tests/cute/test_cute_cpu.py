@@ -45,11 +45,14 @@ def test_prebuilt_manifest_lists_both_head_dims(monkeypatch):
 
 
 def test_prebuilt_bundle_has_every_op_per_head_dim(monkeypatch):
-    """decode (GQA > 4), decode_pair (GQA <= 4: two chunks per softmax pass) and merge, for
-    both head dims, under the names the loader looks up; decode_pair has decode's C ABI."""
+    """decode (GQA > 4), decode_pair (GQA <= 4: two chunks per softmax pass), their any-page
+    builds and merge, for both head dims, under the names the loader looks up; decode_pair
+    and the any-page builds have decode's C ABI."""
     monkeypatch.delenv("OSCAR_CUTE_BUNDLE", raising=False)
     kernels = _bundle.read_manifest()["kernels"]
-    assert set(_bundle.OPS) == {"decode", "decode_pair", "merge"}
+    assert set(_bundle.OPS) == {"decode", "decode_pair", "merge", "decode_anypage",
+                                "decode_pair_anypage"}
+    assert set(_bundle.CORE_OPS) == {"decode", "decode_pair", "merge"}
     for d in (64, 128):
         for op in _bundle.OPS:
             entry = kernels[_bundle.kernel_name(op, d)]
@@ -61,10 +64,14 @@ def test_prebuilt_bundle_has_every_op_per_head_dim(monkeypatch):
         assert _bundle.has_kernel(op, 128, 8) and not _bundle.has_kernel(op, 64, 8)
     assert len(kernels) == 2 * len(_bundle.OPS) + 2
     assert cute.decode_op(4) == "decode_pair" and cute.decode_op(5) == "decode"
+    assert cute.decode_op(4, True) == "decode_pair_anypage"
+    assert cute.decode_op(8, True) == "decode_anypage"
     if _bundle.mode() == "bundle":
         assert cute.wide_available(4, 128) and cute.wide_available(8, 128)
         assert not cute.wide_available(4, 64)
-    assert _bundle._ARGTYPES["decode_pair"] == _bundle._ARGTYPES["decode"]
+    assert not cute.wide_available(4, 128, any_page=True)     # 4 warps only
+    for op in ("decode_pair", "decode_anypage", "decode_pair_anypage"):
+        assert _bundle._ARGTYPES[op] == _bundle._ARGTYPES["decode"]
     assert cute.PAIR_MAX_GROUP == 4   # the pair kernel holds the heads in MMA columns 0-3
 
 
@@ -156,8 +163,6 @@ def test_auto_falls_back_from_cute_on_cpu(caplog):
     ({"head_dim": 32}, 32, "head_dim"),
     ({"group_size": 32}, 32, "group_size"),
     ({"scale_dtype": torch.float32}, 32, "scale_dtype"),
-    ({"page_size": 1}, 32, "page_size"),
-    ({"page_size": 24}, 32, "page_size"),
     ({}, 128, "GQA ratio"),
 ])
 def test_unsupported_configs_are_typed(kw, num_qo_heads, match):
@@ -195,6 +200,23 @@ def test_explicit_warps_is_checked(head_dim, warps):
     rot = torch.eye(head_dim)[None]
     with pytest.raises(ValueError, match=r"warps: expected None, 4 or \(head_dim 128\) 8"):
         cute.decode_steps(q, cache, *table, rot, rot, 0.1, warps=warps)
+
+
+@pytest.mark.parametrize("page_size", [1, 24])
+def test_any_page_build_has_4_warps_only(page_size):
+    """Pages that are not a multiple of 16 tokens run the any-page build (CTAs of 4 warps):
+    ``warps=8`` there is a typed error naming warps, before any launch."""
+    from oscar_kernels import Int2PagedKVCache
+    from oscar_kernels.errors import UnsupportedConfigError
+
+    spec = CacheSpec(num_kv_heads=1, head_dim=128, page_size=page_size)
+    cache = Int2PagedKVCache.allocate(spec, 4, 1, device="cpu")
+    q = torch.randn(1, 4, 128).to(torch.bfloat16)
+    table = [torch.tensor([0, 1], dtype=torch.int32), torch.tensor([0], dtype=torch.int32),
+             torch.tensor([1], dtype=torch.int32), torch.tensor([0], dtype=torch.int32)]
+    rot = torch.eye(128)[None]
+    with pytest.raises(UnsupportedConfigError, match=f"warps: pages of {page_size} tokens"):
+        cute.decode_steps(q, cache, *table, rot, rot, 0.1, warps=8, num_splits=2)
 
 
 @pytest.mark.parametrize("num_splits,gqa", [(17, 8), (33, 4), (65, 2)])

@@ -113,7 +113,8 @@ def _check(spec, seq_lens, gqa, seed, *, dtype=torch.bfloat16):
     from oscar_kernels import cute
 
     rk, rv = rot.per_head(spec.num_kv_heads)
-    for warps in (4, 8) if spec.head_dim == 128 else (4,):
+    # (the any-page build, pages not a multiple of 16, has 4 warps only)
+    for warps in (4, 8) if spec.head_dim == 128 and spec.page_size % 16 == 0 else (4,):
         out = torch.full(q.shape, float("nan"), dtype=q.dtype, device=dev)
         got, lse = cute.decode(q, cache, *table, rk, rv, scale, out=out, warps=warps)
         torch.cuda.synchronize()
@@ -139,8 +140,11 @@ BOUNDARY_LENS = [1, 15, 16, 17, 63, 64, 65, 113, 319, 320, 321, 337, 1023, 4100]
 @needs_sm90
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("gqa", [1, 3, 4, 8])
-@pytest.mark.parametrize("page_size,layout", [(16, "NHD"), (64, "HND"), (32, "NHD"), (16, "HND")])
+@pytest.mark.parametrize("page_size,layout", [(16, "NHD"), (64, "HND"), (32, "NHD"), (16, "HND"),
+                                              (1, "NHD"), (8, "HND"), (24, "HND"), (3, "NHD")])
 def test_cute_decode_boundaries(head_dim, gqa, page_size, layout):
+    """Chunk, page, window and split boundaries; page sizes that are not a multiple of 16
+    (1, 3, 8, 24) run the any-page build, whose chunks span several pages."""
     spec = CacheSpec(num_kv_heads=2, head_dim=head_dim, page_size=page_size, kv_layout=layout)
     _check(spec, BOUNDARY_LENS, gqa, seed=head_dim * 100 + gqa * 10 + page_size)
 
@@ -212,13 +216,23 @@ def test_cute_decode_pair_num_splits(num_splits, head_dim, warps):
     _splits_case(num_splits, "HND", warps, head_dim, 4)
 
 
-def _splits_case(num_splits, layout, warps, head_dim, gqa):
+@needs_sm90
+@pytest.mark.parametrize("page_size,layout", [(1, "NHD"), (24, "HND")])
+@pytest.mark.parametrize("gqa", [4, 8])
+@pytest.mark.parametrize("num_splits", [1, 3, 33, 128])
+def test_cute_decode_any_page_num_splits(num_splits, gqa, page_size, layout):
+    """The any-page build with one split (R_V^T in the CTA), the fused tail, and the merge
+    kernel (33 x 4 or 8 and 128 splits), both GQA classes."""
+    _splits_case(num_splits, layout, 4, 128, gqa, page_size)
+
+
+def _splits_case(num_splits, layout, warps, head_dim, gqa, page_size=16):
     from oscar_kernels import cute
     from oscar_kernels.errors import UnsupportedConfigError
 
     dev = torch.device("cuda")
-    gen = torch.Generator().manual_seed(31 + num_splits + warps + head_dim + gqa)
-    spec = CacheSpec(num_kv_heads=1, head_dim=head_dim, page_size=16, kv_layout=layout)
+    gen = torch.Generator().manual_seed(31 + num_splits + warps + head_dim + gqa + page_size)
+    spec = CacheSpec(num_kv_heads=1, head_dim=head_dim, page_size=page_size, kv_layout=layout)
     cache, table, rot, q = _fill(spec, [6000, 1, 0, 333], gen, gqa, dev)
     scale = spec.head_dim ** -0.5
     rk, rv = rot.per_head(spec.num_kv_heads)
@@ -279,16 +293,18 @@ def test_cute_decode_batch_256():
 
 
 @needs_sm90
-def test_cute_decode_batch_1_long():
-    spec = CacheSpec(num_kv_heads=8, head_dim=128, page_size=64)
+@pytest.mark.parametrize("page_size", [64, 1])
+def test_cute_decode_batch_1_long(page_size):
+    spec = CacheSpec(num_kv_heads=8, head_dim=128, page_size=page_size)
     _check(spec, [33000], 4, seed=3)
 
 
 @needs_sm90
-def test_cute_decode_cuda_graph():
+@pytest.mark.parametrize("page_size", [16, 1])
+def test_cute_decode_cuda_graph(page_size):
     dev = torch.device("cuda")
     gen = torch.Generator().manual_seed(9)
-    spec = CacheSpec(num_kv_heads=2, head_dim=128, page_size=16)
+    spec = CacheSpec(num_kv_heads=2, head_dim=128, page_size=page_size)
     cache, table, rot, q = _fill(spec, [500, 2000, 77], gen, 8, dev)
     out = torch.empty_like(q)
 
