@@ -93,6 +93,15 @@ selects. No TMA: on NHD pages a chunk is 16 scattered 32-byte rows of one head; 
 pages 1D bulk copies were tried and lost (below). BF16 window chunks use plain vector
 loads (few per sequence).
 
+Any page size (``Int2DecodeConfig.any_page``, the ``*_anypage`` builds, 4 warps; session
+12): with pages that are not a multiple of 16 tokens a chunk's tokens may lie in several
+pages, so the chunk grid, the ring and the compute stay as above and only the issue
+changes: lane ``l`` computes the page of token ``l % 16`` of a chunk (``floor(x / page_size)``
+by a float reciprocal and one correction each way, a predicated page-id load) one chunk
+pair ahead of the chunk's issue (``_page_row_any``), and the code pieces' token rows come by
+shuffle (``_issue_rows``). 168.5 / 198 SASS per chunk at D = 128 (pair / decode), 134.5 /
+150.5 at D = 64, no spills; the kernels for multiples of 16 compile byte-identically.
+
 Tensor cores (``mma.sync``, 32-bit accumulate): ``S^T = K Q^T`` with 16 tokens as M, the
 (up to 8) query heads of the KV head as N and the channels as K; at head_dim 128 on the
 int8 tensor cores (IMMA ``m16n8k32`` u8 x s8 -> s32, 8 per 16 tokens: 4 channel quarters x
