@@ -22,7 +22,11 @@ import torch
 MODELS = {"qwen3-8b": (32, 8, 128), "llama3-70b-tp8": (8, 1, 128), "smollm2": (9, 3, 64)}
 
 
-def make_cache(spec, batch_size: int, seq_len: int, dev):
+def make_cache(spec, batch_size: int, seq_len: int, dev, page_order: str = "random"):
+    """A synthetic cache of ``batch_size`` sequences of ``seq_len`` tokens and its page
+    table: pages in random order (the default: every page somewhere else), or
+    ``"sequential"`` (each sequence's pages consecutive, as an allocator hands out slots to
+    a lone request)."""
     from oscar_kernels import Int2PagedKVCache
 
     pages_per_seq = -(-seq_len // spec.page_size)
@@ -36,7 +40,10 @@ def make_cache(spec, batch_size: int, seq_len: int, dev):
         t[..., 1].uniform_(-1.0, 0.0)
     cache.k_window.normal_()
     cache.v_window.normal_()
-    perm = torch.randperm(num_pages, device=dev).to(torch.int32)
+    if page_order == "sequential":
+        perm = torch.arange(num_pages, device=dev, dtype=torch.int32)
+    else:
+        perm = torch.randperm(num_pages, device=dev).to(torch.int32)
     kv_indptr = (torch.arange(batch_size + 1, device=dev) * pages_per_seq).to(torch.int32)
     last = (seq_len - 1) % spec.page_size + 1
     kv_last = torch.full((batch_size,), last, dtype=torch.int32, device=dev)
@@ -117,6 +124,8 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8, 32, 128])
     ap.add_argument("--context", type=int, nargs="+", default=[8192, 32768, 65536, 131072])
     ap.add_argument("--page-size", type=int, default=16)
+    ap.add_argument("--page-order", default="random", choices=["random", "sequential"],
+                    help="page table order: random (every page elsewhere) or sequential")
     ap.add_argument("--kv-layout", default="NHD", choices=["NHD", "HND"])
     ap.add_argument("--backends", nargs="+", default=["cute", "triton"])
     ap.add_argument("--max-bytes", type=float, default=40e9)
@@ -151,11 +160,11 @@ def main(argv=None) -> int:
         for n in a.context:
             if spec.int2_bytes_per_token * b * n > a.max_bytes:
                 continue
-            cache, table = make_cache(spec, b, n, dev)
+            cache, table = make_cache(spec, b, n, dev, a.page_order)
             q = torch.randn(b, hq, d, dtype=torch.bfloat16, device=dev)
             nbytes = bytes_moved(spec, b, n, hq)
             row = {"model": a.model, "batch": b, "context": n, "page_size": a.page_size,
-                   "kv_layout": a.kv_layout, "bytes": nbytes}
+                   "page_order": a.page_order, "kv_layout": a.kv_layout, "bytes": nbytes}
             if a.breakdown:
                 from oscar_kernels import cute
 
