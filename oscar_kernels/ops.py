@@ -157,7 +157,8 @@ def _check_cache_and_table(cache, kv_indptr, kv_indices, kv_last_page_len, windo
 
 
 def _config(cache, num_qo_heads: int, dtype: torch.dtype) -> dict:
-    return {"spec": cache.spec, "num_qo_heads": num_qo_heads, "dtype": dtype}
+    return {"spec": cache.spec, "num_qo_heads": num_qo_heads, "dtype": dtype,
+            "num_pages": cache.num_pages}
 
 
 def _finish(o: torch.Tensor, lse: torch.Tensor, out: torch.Tensor | None, dtype: torch.dtype,

@@ -90,8 +90,30 @@ def _kind(dtype) -> int:
     return {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}[dtype]
 
 
-def can_implement(op: str, *, device, spec, num_qo_heads: int, dtype) -> None:
-    """Raise unless this backend can run ``op`` for this config on ``device``."""
+#: The any-page build finds a token's page with float arithmetic, exact for positions below
+#: this (a cache of at most this many token slots).
+ANY_PAGE_MAX_SLOTS = 1 << 24
+
+
+def _check_cache_size(spec, num_pages: int) -> None:
+    """The cache sizes the kernels index correctly (UnsupportedConfigError otherwise)."""
+    rows = num_pages * spec.page_size * spec.num_kv_heads
+    if rows >= 2 ** 31:
+        raise UnsupportedConfigError(
+            f"cache: the CuTe kernel indexes (page, slot, head) rows in int32; "
+            f"num_pages * page_size * num_kv_heads = {rows}")
+    slots = num_pages * spec.page_size
+    if spec.page_size % CHUNK != 0 and slots > ANY_PAGE_MAX_SLOTS:
+        raise UnsupportedConfigError(
+            f"cache: with pages of {spec.page_size} tokens (not a multiple of {CHUNK}) the CuTe "
+            f"kernel supports up to {ANY_PAGE_MAX_SLOTS} token slots (num_pages * page_size), "
+            f"got {slots}")
+
+
+def can_implement(op: str, *, device, spec, num_qo_heads: int, dtype,
+                  num_pages: int | None = None) -> None:
+    """Raise unless this backend can run ``op`` for this config on ``device`` (and, when
+    given, a cache of ``num_pages`` pages)."""
     import torch
 
     if op != "decode":
@@ -111,6 +133,8 @@ def can_implement(op: str, *, device, spec, num_qo_heads: int, dtype) -> None:
             f"{spec.num_kv_heads} = {group}")
     if dtype not in (torch.bfloat16, torch.float16, torch.float32):
         raise UnsupportedConfigError(f"dtype: bf16, fp16 or fp32 queries, got {dtype}")
+    if num_pages is not None:
+        _check_cache_size(spec, num_pages)
     if getattr(device, "type", str(device)) != "cuda" or not torch.cuda.is_available():
         raise BackendUnavailableError(f"the CuTe backend needs a CUDA sm_90 device, got {device}")
     cap = torch.cuda.get_device_capability(device)
@@ -255,10 +279,7 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
     h = spec.num_kv_heads
     group = num_qo_heads // h
     dev = q.device
-    if cache.num_pages * spec.page_size * h >= 2 ** 31:
-        raise UnsupportedConfigError(
-            f"cache: the CuTe kernel indexes (page, slot, head) rows in int32; "
-            f"num_pages * page_size * num_kv_heads = {cache.num_pages * spec.page_size * h}")
+    _check_cache_size(spec, cache.num_pages)
     expect(warps is None or isinstance(warps, int) and warps in CTA_WARPS
            and (warps == 4 or d == 128), "warps",
            "None, 4 or (head_dim 128) 8", warps)

@@ -33,7 +33,7 @@ MAX_GQA = 16
 
 
 def can_implement(op: str, *, device: torch.device, spec, num_qo_heads: int,
-                  dtype: torch.dtype) -> None:
+                  dtype: torch.dtype, num_pages: int | None = None) -> None:
     """Raise unless the Triton backend runs ``op`` for this configuration here.
 
     Raises

@@ -172,6 +172,45 @@ def test_unsupported_configs_are_typed(kw, num_qo_heads, match):
         cute.can_implement("decode", **cfg)
 
 
+@pytest.mark.parametrize("page_size,num_pages,ok", [
+    (1, 1 << 24, True), (1, (1 << 24) + 1, False), (24, (1 << 24) // 24, True),
+    (24, (1 << 24) // 24 + 1, False), (16, (1 << 31) // 128 - 1, True),
+    (16, (1 << 31) // 128, False)])
+def test_cache_size_limits_are_typed(page_size, num_pages, ok):
+    """Caches the kernels cannot index exactly are refused by name before any launch (so
+    ``auto`` falls back): (page, slot, head) rows beyond int32, and for the any-page build
+    more than ANY_PAGE_MAX_SLOTS token slots (its float page lookup is exact below that)."""
+    cfg = _cfg(page_size=page_size)
+    cfg["num_pages"] = num_pages
+    if ok:       # passes the size checks, then stops at the device check on this CPU
+        with pytest.raises(BackendUnavailableError):
+            cute.can_implement("decode", **cfg)
+    else:
+        with pytest.raises(UnsupportedConfigError, match="cache: "):
+            cute.can_implement("decode", **cfg)
+
+
+def test_any_page_division_is_exact_below_the_limit():
+    """The kernel's page lookup: floor(x * rn(1/d)) in float32 plus one correction each way
+    (int2_decode_sm90._udiv_rcp) equals x // d for every page size up to 4096 at positions
+    spread over [0, ANY_PAGE_MAX_SLOTS) and at the multiples of d around it (numpy model of
+    the PTX: cvt.rn.f32.s32, mul.f32 (round to nearest), cvt.rzi.s32.f32)."""
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    lim = cute.ANY_PAGE_MAX_SLOTS
+    for d in list(range(1, 65)) + [100, 127, 1000, 4095, 4096]:
+        edges = (np.arange(lim // d - 3, lim // d + 1) * d)[:, None] + np.array([-1, 0, 1])
+        x = np.concatenate([rng.integers(0, lim, 20000), np.arange(0, lim, max(1, lim // 5000)),
+                            edges.ravel()])
+        x = x[(x >= 0) & (x < lim)].astype(np.int64)
+        inv = np.float32(1.0) / np.float32(d)
+        q = np.trunc(x.astype(np.float32) * inv).astype(np.int64)
+        r = x - q * d
+        q = q + (r >= d) - (r < 0)
+        assert np.array_equal(q, x // d), d
+
+
 @pytest.mark.parametrize("num_splits", [0, cute.MAX_SPLITS + 1, 2.0])
 def test_explicit_num_splits_out_of_range_is_a_typed_error(num_splits):
     from oscar_kernels import Int2PagedKVCache
