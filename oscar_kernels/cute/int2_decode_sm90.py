@@ -1724,26 +1724,23 @@ class Int2PagedDecodeSm90:
         """Any page size: cp.async this warp's chunk ``c`` into ring stage ``sdst``; ``prow``
         is the (page, slot, head) row of token ``lane % 16`` (this lane's scale/zero pair),
         the code pieces' token rows come by shuffle (head_dim 128: token ``lane // 2``)."""
-        code_src, par_src, s_c, s4, dv = lc
         crow = prow
         if cutlass.const_expr(self.row_bytes == 32):
             crow = _shfl_idx(prow, lane // 2)
-        ka = _mad_wide_u32(crow, self.row_bytes, code_src)
-        pa = _mad_wide_u32(prow, 4, par_src)
-        if cutlass.const_expr(self.row_bytes == 32):
-            _cp_async16_if(c, n_mine, sdst + s_c, ka)
-            _cp_async16_if(c, n_mine, sdst + s_c + CHUNK * 32, ka + dv)
-        else:
-            _cp_async16_if(c, n_mine, sdst + s_c, ka)
-        _cp_async4_if(c, n_mine, sdst + s4, pa)
+        self._copy_chunk(c, n_mine, sdst, crow, prow, lc)
 
     def _issue(self, c, n_mine, sdst, blk, lc):
         """cp.async this warp's chunk ``c`` (K/V codes + scale/zero pairs) into ring stage
         ``sdst`` (predicated off past ``n_mine``); its row comes from the block ``blk``."""
         prow = _shfl_idx(blk, c & 31)
-        # the row fits int32 (checked on the host): one wide multiply per source address
+        self._copy_chunk(c, n_mine, sdst, prow, prow, lc)
+
+    def _copy_chunk(self, c, n_mine, sdst, crow, prow, lc):
+        """The copies of chunk ``c`` (nothing read past ``n_mine``): this lane's code pieces
+        from row ``crow``, its scale/zero pair from row ``prow``."""
+        # the rows fit int32 (checked on the host): one wide multiply per source address
         code_src, par_src, s_c, s4, dv = lc
-        ka = _mad_wide_u32(prow, self.row_bytes, code_src)
+        ka = _mad_wide_u32(crow, self.row_bytes, code_src)
         pa = _mad_wide_u32(prow, 4, par_src)
         if cutlass.const_expr(self.row_bytes == 32):
             _cp_async16_if(c, n_mine, sdst + s_c, ka)
