@@ -1405,11 +1405,7 @@ class Int2PagedDecodeSm90:
         split as ``o`` in the output dtype. Warp ``w`` owns the output channels of its
         ``d / (16 nw)`` M tiles."""
         d = self.d
-        warp = tidx // 32
-        lane = tidx % 32
-        g = lane // 4
-        quad = lane % 4
-        mt_w = d // (16 * self.nw)
+        warp, g, quad, mt_w = self._mma_lane(tidx)
         bf, inv_n = self._rows_b_frags(s_rows, group, g, quad)
         # element (head n, channel e) at base + (n * n_stride + e) * size: the partial
         # [b, h * group + n, split, e] (float32), or with one split o[b, h * group + n, e]
@@ -1431,6 +1427,12 @@ class Int2PagedDecodeSm90:
                 if n < group:
                     _store_kind(base, el0 + Int64(n) * n_stride + Int64(ch_o + 8 * (r // 2)),
                                 c[r] * inv_n[r % 2], kind)
+
+    def _mma_lane(self, tidx):
+        """``(warp, g, quad, M tiles per warp)`` of thread ``tidx`` for the rotations' MMAs
+        (lane = 4 g + quad; warp ``w`` owns M tiles ``w * d/(16 nw) ..``)."""
+        lane = tidx % 32
+        return tidx // 32, lane // 4, lane % 4, self.d // (16 * self.nw)
 
     def _rows_b_frags(self, s_rows, group, g, quad):
         """B fragments (``m16n8k16``, K = the d channels, N = 8 heads) of the float32 rows
@@ -1517,11 +1519,7 @@ class Int2PagedDecodeSm90:
         ``[2^13, 2^14)`` before the fp16 conversion (exact for bf16 q in fp16's normal range;
         no overflow for any finite q) and unscaled after the MMA."""
         d = self.d
-        warp = tidx // 32
-        lane = tidx % 32
-        g = lane // 4
-        quad = lane % 4
-        mt_w = d // (16 * self.nw)
+        warp, g, quad, mt_w = self._mma_lane(tidx)
         ks_n = d // 16
         for i in cutlass.range_constexpr(MAX_GROUP * d // (32 * self.nw)):
             e = tidx + i * (32 * self.nw)
