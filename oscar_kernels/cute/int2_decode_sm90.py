@@ -396,7 +396,8 @@ assert all(s & (s - 1) == 0 for s in STAGES.values())   # ring index = chunk & (
 #: Debug builds only (read when the module is imported, so set it for ``aot build``): a
 #: comma-separated list of phases to leave out -- ``rot`` (query rotation), ``loop`` (INT2
 #: chunks), ``win`` (BF16 window chunks), ``tail`` (split merge), ``merge`` (the merge after
-#: the ticket), ``fence`` -- (results are wrong: for timing what each phase adds), and/or
+#: the ticket), ``fence``, ``sums`` (the merge tail's per-split sums) -- (results are
+#: wrong: for timing what each phase adds), and/or
 #: ``trace``: thread 0 of every CTA stores %globaltimer at its phase boundaries into the
 #: ticket buffer (``OSCAR_CUTE_TRACE=1`` makes the host allocate room; read by
 #: perf/trace_decode.py). Unset (the shipped bundle), the kernels are byte-identical to a
@@ -1611,24 +1612,25 @@ class Int2PagedDecodeSm90:
         accs = cute.make_rmem_tensor((MAX_GROUP // hstep,), Float32)
         for k in cutlass.range_constexpr(MAX_GROUP // hstep):
             accs[k] = Float32(0.0)
-        for e0 in cutlass.range(0, nrows, self.tail_rows):
-            if e0 > 0:     # more rows than one block (batch 1-4): one round trip each
-                cute.arch.sync_threads()
-                self._tail_rows(obase, e0, nrows, s_op, tidx)
-                _cp_commit()
-                _cp_wait(0)
-                cute.arch.sync_threads()
-            for k in cutlass.range_constexpr(MAX_GROUP // hstep):
-                gg = ho + hstep * k
-                if gg < group:
-                    s_lo = cutlass.max(e0 - gg * num_splits, 0)
-                    s_hi = cutlass.min(e0 + self.tail_rows - gg * num_splits, num_splits)
-                    acc = accs[k]
-                    for sidx in cutlass.range(s_lo, s_hi, 1, unroll=self.tail_unroll):
-                        e = gg * num_splits + sidx
-                        acc = acc + _lds_f32(s_w + e * 4) * _lds_f32(
-                            s_op + ((e - e0) * d + ch) * 4)
-                    accs[k] = acc
+        if cutlass.const_expr("sums" not in _DEBUG):
+            for e0 in cutlass.range(0, nrows, self.tail_rows):
+                if e0 > 0:     # more rows than one block (batch 1-4): one round trip each
+                    cute.arch.sync_threads()
+                    self._tail_rows(obase, e0, nrows, s_op, tidx)
+                    _cp_commit()
+                    _cp_wait(0)
+                    cute.arch.sync_threads()
+                for k in cutlass.range_constexpr(MAX_GROUP // hstep):
+                    gg = ho + hstep * k
+                    if gg < group:
+                        s_lo = cutlass.max(e0 - gg * num_splits, 0)
+                        s_hi = cutlass.min(e0 + self.tail_rows - gg * num_splits, num_splits)
+                        acc = accs[k]
+                        for sidx in cutlass.range(s_lo, s_hi, 1, unroll=self.tail_unroll):
+                            e = gg * num_splits + sidx
+                            acc = acc + _lds_f32(s_w + e * 4) * _lds_f32(
+                                s_op + ((e - e0) * d + ch) * 4)
+                        accs[k] = acc
         for k in cutlass.range_constexpr(MAX_GROUP // hstep):
             gg = ho + hstep * k
             if gg < group:
