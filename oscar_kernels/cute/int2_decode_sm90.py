@@ -2391,15 +2391,6 @@ def _store_kind(base, idx, val, kind):
          "@p2 st.global.b16 [{$r1}], u; }", [], [base + idx * 4, base + idx * 2, val, kind])
 
 
-def _lds_v4f(addr):
-    return _ptx("ld.shared.v4.f32 {{$w0}, {$w1}, {$w2}, {$w3}}, [{$r0}];", [Float32] * 4, [addr])
-
-
-def _ldg_v4f(addr):
-    return _ptx("ld.global.nc.v4.f32 {{$w0}, {$w1}, {$w2}, {$w3}}, [{$r0}];", [Float32] * 4,
-                [addr])
-
-
 def _sts_f32(addr, val):
     _ptx("st.shared.f32 [{$r0}], {$r1};", [], [addr, val])
 
