@@ -389,7 +389,9 @@ P_TILE = CHUNK * MAX_GROUP * 2
 PAIR_ROW = 32     # bytes per token row of the pair kernel's P tile (2 P_TILE in all)
 #: C ABI of the launcher: pointers (int64), then int32 arguments, one float, the stream.
 NUM_PTR_ARGS = 18
-NUM_INT_ARGS = 18
+NUM_INT_ARGS = 19
+#: Sleep between a merge CTA's polls of its counter (ns; ``nanosleep`` is approximate).
+MERGER_SLEEP_NS = 100
 #: Depth of each warp's cp.async ring (chunks in flight per warp), per head_dim.
 STAGES = {64: 8, 128: 8}
 assert all(s & (s - 1) == 0 for s in STAGES.values())   # ring index = chunk & (stages - 1)
@@ -754,6 +756,9 @@ class Int2PagedDecodeSm90:
         # and 176.5 -> 179 SASS per chunk), so they keep the ticket path for one split too
         self.out_rotation = self.nw == 4
         self.warm_tail = "warm" in _DEBUG
+        # merge CTAs (see _merger; the host's `mergers` turns them on per call): the wide
+        # pair build only
+        self.with_mergers = self.ranked and self.pair
         self.row_bytes = d // 4        # code bytes per token and head
         self.stage_bytes = 2 * CHUNK * self.row_bytes + 2 * CHUNK * 4
         self.stages = STAGES[d]
@@ -784,21 +789,26 @@ class Int2PagedDecodeSm90:
                  page_size: Int32, stride_page: Int32, stride_slot: Int32, stride_head: Int32,
                  sink: Int32, recent: Int32, num_splits: Int32, rk_stride: Int32,
                  rv_stride: Int32, q_kind: Int32, q_stride_b: Int32, q_stride_h: Int32,
-                 o_kind: Int32, o_stride_b: Int32, o_stride_h: Int32, scale_log2: Float32,
-                 stream: cuda.CUstream):
+                 o_kind: Int32, o_stride_b: Int32, o_stride_h: Int32, mergers: Int32,
+                 scale_log2: Float32, stream: cuda.CUstream):
         grid = [num_splits, num_kv_heads, batch_size]
         if cutlass.const_expr(self.ranked):
-            # split-major for few splits (see the kernel): (head, sequence, split)
+            # split-major for few splits or with merge CTAs (see the kernel): (head,
+            # sequence, split), the merge CTAs (split == num_splits) dispatched last
             sm = num_splits <= RANK_MAX_SPLITS
+            zs = num_splits
+            if cutlass.const_expr(self.with_mergers):
+                sm = num_splits <= RANK_MAX_SPLITS or mergers > 0
+                zs = num_splits + cutlass.select_(mergers > 0, 1, 0)
             grid = [Int32(cutlass.select_(sm, num_kv_heads, num_splits)),
                     Int32(cutlass.select_(sm, batch_size, num_kv_heads)),
-                    Int32(cutlass.select_(sm, num_splits, batch_size))]
+                    Int32(cutlass.select_(sm, zs, batch_size))]
         self.kernel(q_ptr, kc_ptr, kp_ptr, vc_ptr, vp_ptr, kw_ptr, vw_ptr, indptr_ptr,
                     indices_ptr, last_ptr, slots_ptr, opart_ptr, lsepart_ptr, rk_ptr, rv_ptr,
                     o_ptr, lse_ptr, counter_ptr, num_kv_heads, group, page_size, stride_page,
                     stride_slot, stride_head, sink, recent, num_splits, rk_stride, rv_stride,
                     q_kind, q_stride_b, q_stride_h, o_kind, o_stride_b, o_stride_h,
-                    scale_log2).launch(grid=grid,
+                    mergers, scale_log2).launch(grid=grid,
                                        block=(32 * self.nw, 1, 1), stream=stream,
                                        smem=self.smem_bytes,
                                        max_number_threads=[32 * self.nw, 1, 1],
@@ -815,14 +825,47 @@ class Int2PagedDecodeSm90:
                stride_slot: Int32, stride_head: Int32, sink: Int32, recent: Int32,
                num_splits: Int32, rk_stride: Int32, rv_stride: Int32, q_kind: Int32,
                q_stride_b: Int32, q_stride_h: Int32, o_kind: Int32, o_stride_b: Int32,
-               o_stride_h: Int32, scale_log2: Float32):
-        d = self.d
+               o_stride_h: Int32, mergers: Int32, scale_log2: Float32):
         split, h, b = cute.arch.block_idx()
-        if cutlass.const_expr(self.ranked):
-            # the wide build with at most RANK_MAX_SPLITS splits: split-major grid (head,
-            # sequence, split), so a sequence's splits span dispatch ranks (weights below)
-            if num_splits <= RANK_MAX_SPLITS:
+        args = (q_ptr, kc_ptr, kp_ptr, vc_ptr, vp_ptr, kw_ptr, vw_ptr, indptr_ptr, indices_ptr,
+                last_ptr, slots_ptr, opart_ptr, lse_ptr_part, rk_ptr, rv_ptr, o_ptr, lse_ptr,
+                counter_ptr, num_kv_heads, group, page_size, stride_page, stride_slot,
+                stride_head, sink, recent, num_splits, rk_stride, rv_stride, q_kind,
+                q_stride_b, q_stride_h, o_kind, o_stride_b, o_stride_h, mergers, scale_log2)
+        if cutlass.const_expr(self.with_mergers):
+            # the wide pair build with at most RANK_MAX_SPLITS splits or with merge CTAs:
+            # split-major grid (head, sequence, split), so a sequence's splits span dispatch
+            # ranks (weights below) and the merge CTAs come after every split's CTA
+            if num_splits <= RANK_MAX_SPLITS or mergers > 0:
                 h, b, split = cute.arch.block_idx()
+            runs = Int32(2)        # a merge CTA: the dry run and the real one
+            if split < num_splits:
+                runs = self._work(*args, split, h, b)
+            self._merge_runs(runs, split, h, b, opart_ptr, lse_ptr_part, rv_ptr, o_ptr,
+                             lse_ptr, counter_ptr, num_kv_heads, group, num_splits,
+                             rv_stride, o_kind, o_stride_b, o_stride_h)
+        else:
+            if cutlass.const_expr(self.ranked):
+                # the wide build with at most RANK_MAX_SPLITS splits: split-major grid (head,
+                # sequence, split), so a sequence's splits span dispatch ranks (weights below)
+                if num_splits <= RANK_MAX_SPLITS:
+                    h, b, split = cute.arch.block_idx()
+            self._work(*args, split, h, b)
+
+    @cute.jit
+    def _work(self, q_ptr: Int64, kc_ptr: Int64, kp_ptr: Int64, vc_ptr: Int64, vp_ptr: Int64,
+              kw_ptr: Int64, vw_ptr: Int64, indptr_ptr: Int64, indices_ptr: Int64,
+              last_ptr: Int64, slots_ptr: Int64, opart_ptr: Int64, lse_ptr_part: Int64,
+              rk_ptr: Int64, rv_ptr: Int64, o_ptr: Int64, lse_ptr: Int64, counter_ptr: Int64,
+              num_kv_heads: Int32, group: Int32, page_size: Int32, stride_page: Int32,
+              stride_slot: Int32, stride_head: Int32, sink: Int32, recent: Int32,
+              num_splits: Int32, rk_stride: Int32, rv_stride: Int32, q_kind: Int32,
+              q_stride_b: Int32, q_stride_h: Int32, o_kind: Int32, o_stride_b: Int32,
+              o_stride_h: Int32, mergers: Int32, scale_log2: Float32, split: Int32, h: Int32,
+              b: Int32):
+        """One split's CTA: attention over its share of (sequence ``b``, KV head ``h``), the
+        combine of its warps, and the ticket (and the merge tail when it draws the last)."""
+        d = self.d
         tidx, _, _ = cute.arch.thread_idx()
         # warp-uniform: what derives from it (split ranges, ring stages, page blocks) can live
         # in uniform registers (167.5 -> 161.5 SASS per chunk, no divergence guards)
@@ -1271,12 +1314,18 @@ class Int2PagedDecodeSm90:
         fused = num_splits * group <= FUSED_TAIL_ROWS
         if cutlass.const_expr(self.out_rotation):
             fused = num_splits > 1 and fused
+        runs = Int32(0)
         if fused:
-            self._ticket_and_merge(opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr,
-                                   counter_ptr, s_x, cbase, b, h, cta, group, num_kv_heads,
-                                   num_qo_heads, num_splits, rv_stride, o_kind, o_stride_b,
-                                   o_stride_h, tidx, warp, lane)
+            if cutlass.const_expr(self.with_mergers):
+                runs = self._ticket_runs(counter_ptr, s_x, b, h, cta, num_kv_heads,
+                                         num_splits, tidx, mergers)
+            else:
+                self._ticket_and_merge(opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr,
+                                       counter_ptr, s_x, cbase, b, h, cta, group,
+                                       num_kv_heads, num_qo_heads, num_splits, rv_stride,
+                                       o_kind, o_stride_b, o_stride_h, tidx, warp, lane)
         _trace(counter_ptr, cta, 6, tidx)
+        return runs
 
     # ------------------------------------------------------------- helpers
     def _window_chunk(self, c, kw_ptr, vw_ptr, wslot, win_rows, num_kv_heads, h, sink,
@@ -1376,6 +1425,75 @@ class Int2PagedDecodeSm90:
                           s_x, cbase, b, h, cta, group, num_kv_heads, num_qo_heads, num_splits,
                           rv_stride, o_kind, o_stride_b, o_stride_h, tidx, warp, lane):
         """Atomic ticket per (sequence, KV head); the CTA drawing the last one merges."""
+        self._ticket(opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, counter_ptr, s_x, cbase,
+                     b, h, cta, group, num_kv_heads, num_qo_heads, num_splits, rv_stride,
+                     o_kind, o_stride_b, o_stride_h, tidx, warp, lane)
+
+    @cute.jit
+    def _ticket_runs(self, counter_ptr, s_x, b, h, cta, num_kv_heads, num_splits, tidx,
+                     mergers):
+        """Wide pair build: count this split's partial for (sequence ``b``, KV head ``h``).
+        Returns the merge-tail runs this CTA makes: 1 when it drew the last ticket, else 0
+        (always 0 with merge CTAs, which merge instead; see :meth:`_merge_runs`)."""
+        ctr = counter_ptr + (Int64(b) * Int64(num_kv_heads) + Int64(h)) * 4
+        # the cooperative-groups grid-barrier pattern (see _ticket)
+        cute.arch.sync_threads()
+        if tidx == 0:
+            if cutlass.const_expr("fence" not in _DEBUG):
+                _fence_acq_rel_gpu()
+            t = _atom_add_s32(ctr, 1)
+            if cutlass.const_expr("fence" not in _DEBUG):
+                if mergers == 0:
+                    _fence_acq_rel_gpu()
+            _sts_i32(s_x, t)
+        cute.arch.sync_threads()
+        _trace(counter_ptr, cta, 5, tidx)
+        runs = Int32(0)
+        if mergers == 0 and _lds_b32(s_x) == num_splits - 1:
+            runs = Int32(1)
+        return runs
+
+    @cute.jit
+    def _merge_runs(self, runs, split, h, b, opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr,
+                    counter_ptr, num_kv_heads, group, num_splits, rv_stride, o_kind,
+                    o_stride_b, o_stride_h):
+        """Wide pair build: ``runs`` merge-tail runs of this CTA, the last one real (one
+        copy of the tail's code; a loop the compiler cannot unroll). A split's CTA that drew
+        the last ticket makes one. A merge CTA (``split == num_splits``, the grid's last
+        split slice, dispatched after every split's CTA when the host passes ``mergers``)
+        makes two: a dry one at the start (stores off: kind 3 matches no store in
+        ``_store_kind``), which brings the tail's code into this SM's instruction cache and
+        ``R_V``'s operand into L2 while the splits run, then, once every split has counted
+        its partial, the real one. Off the critical path then: the cold code, the merging
+        CTA's ticket round trips and its own combine."""
+        tidx, _, _ = cute.arch.thread_idx()
+        warp = cute.arch.make_warp_uniform(tidx // 32)
+        lane = tidx % 32
+        smem = cute.arch.get_dyn_smem(cutlass.Int8, alignment=16).toint()
+        ctr = counter_ptr + (Int64(b) * Int64(num_kv_heads) + Int64(h)) * 4
+        cta = (b * num_kv_heads + h) * num_splits + cutlass.min(split, num_splits - 1)
+        for it in cutlass.range(0, runs, 1, unroll=1):
+            real = it == runs - 1
+            if split == num_splits and real:
+                if tidx == 0:
+                    while _ld_relaxed_s32(ctr) < num_splits:
+                        _nanosleep(MERGER_SLEEP_NS)
+                    _fence_acq_rel_gpu()
+                cute.arch.sync_threads()
+            if cutlass.const_expr("merge" not in _DEBUG):
+                self._merge_tail(opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, smem, b, h,
+                                 group, num_kv_heads * group, num_splits, rv_stride,
+                                 Int32(cutlass.select_(real, o_kind, 3)), o_stride_b,
+                                 o_stride_h, tidx, warp, lane, counter_ptr, cta,
+                                 Int32(cutlass.select_(real, 0, 3)))
+            cute.arch.sync_threads()
+        if runs > 0 and tidx == 0:   # graph-safe: zero again for the next launch
+            _stg_s32(ctr, 0)
+
+    @cute.jit
+    def _ticket(self, opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, counter_ptr, s_x,
+                cbase, b, h, cta, group, num_kv_heads, num_qo_heads, num_splits, rv_stride,
+                o_kind, o_stride_b, o_stride_h, tidx, warp, lane):
         # the cooperative-groups grid-barrier pattern: the CTA barrier orders every thread's
         # partial stores before thread 0's gpu-scope fence + ticket (release), and thread
         # 0's fence after the ticket before the barrier that the merging threads' loads
@@ -2370,6 +2488,18 @@ def _prefetch_l2(addr):
 
 def _fence_acq_rel_gpu():
     _ptx("fence.acq_rel.gpu;", [], [])
+
+
+def _red_add_s32(addr):
+    _ptx("red.relaxed.gpu.global.add.s32 [{$r0}], 1;", [], [addr])
+
+
+def _ld_relaxed_s32(addr):
+    return _ptx("ld.relaxed.gpu.global.s32 {$w0}, [{$r0}];", [Int32], [addr])
+
+
+def _nanosleep(ns: int):
+    _ptx(f"nanosleep.u32 {ns};", [], [])
 
 
 def _atom_add_s32(addr, val: int):
