@@ -755,7 +755,6 @@ class Int2PagedDecodeSm90:
         # the same code there moved their main loops (perf/sass_report.py: 149.5 -> 151.5
         # and 176.5 -> 179 SASS per chunk), so they keep the ticket path for one split too
         self.out_rotation = self.nw == 4
-        self.warm_tail = "warm" in _DEBUG
         # merge CTAs (see _merger; the host's `mergers` turns them on per call): the wide
         # pair build only
         self.with_mergers = self.ranked and self.pair
@@ -838,12 +837,12 @@ class Int2PagedDecodeSm90:
             # ranks (weights below) and the merge CTAs come after every split's CTA
             if num_splits <= RANK_MAX_SPLITS or mergers > 0:
                 h, b, split = cute.arch.block_idx()
-            runs = Int32(2)        # a merge CTA: the dry run and the real one
-            if split < num_splits:
-                runs = self._work(*args, split, h, b)
-            self._merge_runs(runs, split, h, b, opart_ptr, lse_ptr_part, rv_ptr, o_ptr,
-                             lse_ptr, counter_ptr, num_kv_heads, group, num_splits,
-                             rv_stride, o_kind, o_stride_b, o_stride_h)
+            if split == num_splits:
+                self._merger(h, b, opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr,
+                             counter_ptr, num_kv_heads, group, num_splits, rv_stride, o_kind,
+                             o_stride_b, o_stride_h)
+            else:
+                self._work(*args, split, h, b)
         else:
             if cutlass.const_expr(self.ranked):
                 # the wide build with at most RANK_MAX_SPLITS splits: split-major grid (head,
@@ -1314,18 +1313,12 @@ class Int2PagedDecodeSm90:
         fused = num_splits * group <= FUSED_TAIL_ROWS
         if cutlass.const_expr(self.out_rotation):
             fused = num_splits > 1 and fused
-        runs = Int32(0)
         if fused:
-            if cutlass.const_expr(self.with_mergers):
-                runs = self._ticket_runs(counter_ptr, s_x, b, h, cta, num_kv_heads,
-                                         num_splits, tidx, mergers)
-            else:
-                self._ticket_and_merge(opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr,
-                                       counter_ptr, s_x, cbase, b, h, cta, group,
-                                       num_kv_heads, num_qo_heads, num_splits, rv_stride,
-                                       o_kind, o_stride_b, o_stride_h, tidx, warp, lane)
+            self._ticket_and_merge(opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr,
+                                   counter_ptr, s_x, cbase, b, h, cta, group, num_kv_heads,
+                                   num_qo_heads, num_splits, rv_stride, o_kind, o_stride_b,
+                                   o_stride_h, tidx, warp, lane, mergers)
         _trace(counter_ptr, cta, 6, tidx)
-        return runs
 
     # ------------------------------------------------------------- helpers
     def _window_chunk(self, c, kw_ptr, vw_ptr, wslot, win_rows, num_kv_heads, h, sink,
@@ -1423,77 +1416,9 @@ class Int2PagedDecodeSm90:
     @cute.jit
     def _ticket_and_merge(self, opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, counter_ptr,
                           s_x, cbase, b, h, cta, group, num_kv_heads, num_qo_heads, num_splits,
-                          rv_stride, o_kind, o_stride_b, o_stride_h, tidx, warp, lane):
-        """Atomic ticket per (sequence, KV head); the CTA drawing the last one merges."""
-        self._ticket(opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, counter_ptr, s_x, cbase,
-                     b, h, cta, group, num_kv_heads, num_qo_heads, num_splits, rv_stride,
-                     o_kind, o_stride_b, o_stride_h, tidx, warp, lane)
-
-    @cute.jit
-    def _ticket_runs(self, counter_ptr, s_x, b, h, cta, num_kv_heads, num_splits, tidx,
-                     mergers):
-        """Wide pair build: count this split's partial for (sequence ``b``, KV head ``h``).
-        Returns the merge-tail runs this CTA makes: 1 when it drew the last ticket, else 0
-        (always 0 with merge CTAs, which merge instead; see :meth:`_merge_runs`)."""
-        ctr = counter_ptr + (Int64(b) * Int64(num_kv_heads) + Int64(h)) * 4
-        # the cooperative-groups grid-barrier pattern (see _ticket)
-        cute.arch.sync_threads()
-        if tidx == 0:
-            if cutlass.const_expr("fence" not in _DEBUG):
-                _fence_acq_rel_gpu()
-            t = _atom_add_s32(ctr, 1)
-            if cutlass.const_expr("fence" not in _DEBUG):
-                if mergers == 0:
-                    _fence_acq_rel_gpu()
-            _sts_i32(s_x, t)
-        cute.arch.sync_threads()
-        _trace(counter_ptr, cta, 5, tidx)
-        runs = Int32(0)
-        if mergers == 0 and _lds_b32(s_x) == num_splits - 1:
-            runs = Int32(1)
-        return runs
-
-    @cute.jit
-    def _merge_runs(self, runs, split, h, b, opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr,
-                    counter_ptr, num_kv_heads, group, num_splits, rv_stride, o_kind,
-                    o_stride_b, o_stride_h):
-        """Wide pair build: ``runs`` merge-tail runs of this CTA, the last one real (one
-        copy of the tail's code; a loop the compiler cannot unroll). A split's CTA that drew
-        the last ticket makes one. A merge CTA (``split == num_splits``, the grid's last
-        split slice, dispatched after every split's CTA when the host passes ``mergers``)
-        makes two: a dry one at the start (stores off: kind 3 matches no store in
-        ``_store_kind``), which brings the tail's code into this SM's instruction cache and
-        ``R_V``'s operand into L2 while the splits run, then, once every split has counted
-        its partial, the real one. Off the critical path then: the cold code, the merging
-        CTA's ticket round trips and its own combine."""
-        tidx, _, _ = cute.arch.thread_idx()
-        warp = cute.arch.make_warp_uniform(tidx // 32)
-        lane = tidx % 32
-        smem = cute.arch.get_dyn_smem(cutlass.Int8, alignment=16).toint()
-        ctr = counter_ptr + (Int64(b) * Int64(num_kv_heads) + Int64(h)) * 4
-        cta = (b * num_kv_heads + h) * num_splits + cutlass.min(split, num_splits - 1)
-        for it in cutlass.range(0, runs, 1, unroll=1):
-            real = it == runs - 1
-            if split == num_splits and real:
-                if tidx == 0:
-                    while _ld_relaxed_s32(ctr) < num_splits:
-                        _nanosleep(MERGER_SLEEP_NS)
-                    _fence_acq_rel_gpu()
-                cute.arch.sync_threads()
-            if cutlass.const_expr("merge" not in _DEBUG):
-                self._merge_tail(opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, smem, b, h,
-                                 group, num_kv_heads * group, num_splits, rv_stride,
-                                 Int32(cutlass.select_(real, o_kind, 3)), o_stride_b,
-                                 o_stride_h, tidx, warp, lane, counter_ptr, cta,
-                                 Int32(cutlass.select_(real, 0, 3)))
-            cute.arch.sync_threads()
-        if runs > 0 and tidx == 0:   # graph-safe: zero again for the next launch
-            _stg_s32(ctr, 0)
-
-    @cute.jit
-    def _ticket(self, opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, counter_ptr, s_x,
-                cbase, b, h, cta, group, num_kv_heads, num_qo_heads, num_splits, rv_stride,
-                o_kind, o_stride_b, o_stride_h, tidx, warp, lane):
+                          rv_stride, o_kind, o_stride_b, o_stride_h, tidx, warp, lane, mergers):
+        """Atomic ticket per (sequence, KV head); the CTA drawing the last one merges (none
+        with merge CTAs: see :meth:`_merger`)."""
         # the cooperative-groups grid-barrier pattern: the CTA barrier orders every thread's
         # partial stores before thread 0's gpu-scope fence + ticket (release), and thread
         # 0's fence after the ticket before the barrier that the merging threads' loads
@@ -1508,28 +1433,51 @@ class Int2PagedDecodeSm90:
             _sts_i32(s_x, t)
         cute.arch.sync_threads()
         _trace(counter_ptr, cta, 5, tidx)
-        tk = _lds_b32(s_x)
-        if cutlass.const_expr(self.warm_tail):
-            # the first CTA to finish also runs the merge tail, dry (its stores off: kind 3
-            # matches no store in _store_kind), so that the tail's code is in L2 when the
-            # last CTA runs it (the code is cold: one CTA per sequence and KV head runs it)
-            if tk == num_splits - 1 or tk == 0:
-                real = tk == num_splits - 1
-                if cutlass.const_expr("merge" not in _DEBUG):
-                    self._merge_tail(opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, cbase,
-                                     b, h, group, num_qo_heads, num_splits, rv_stride,
-                                     Int32(cutlass.select_(real, o_kind, 3)), o_stride_b,
-                                     o_stride_h, tidx, warp, lane, counter_ptr, cta,
-                                     Int32(cutlass.select_(real, 0, 3)))
-                if tidx == 0 and real:   # graph-safe: zero again for the next launch
-                    _stg_s32(counter_ptr + (Int64(b) * Int64(num_kv_heads) + Int64(h)) * 4, 0)
-        elif tk == num_splits - 1:
+        last = num_splits - 1
+        if cutlass.const_expr(self.with_mergers):
+            last = last + mergers     # no split's ticket reaches it: the merge CTA merges
+        if _lds_b32(s_x) == last:
             if cutlass.const_expr("merge" not in _DEBUG):
                 self._merge_tail(opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, cbase, b, h,
                                  group, num_qo_heads, num_splits, rv_stride, o_kind,
                                  o_stride_b, o_stride_h, tidx, warp, lane, counter_ptr, cta)
             if tidx == 0:   # graph-safe: the counter is zero again for the next launch
                 _stg_s32(counter_ptr + (Int64(b) * Int64(num_kv_heads) + Int64(h)) * 4, 0)
+
+    @cute.jit
+    def _merger(self, h, b, opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, counter_ptr,
+                num_kv_heads, group, num_splits, rv_stride, o_kind, o_stride_b, o_stride_h):
+        """The merge CTA of (sequence ``b``, KV head ``h``) (wide pair build, when the host
+        passes ``mergers``: the grid's last split slice, dispatched after every split's
+        CTA). It runs the merge tail twice, one copy of its code (a loop the compiler cannot
+        unroll): dry at the start (stores off: kind 3 matches no store in ``_store_kind``),
+        which brings the tail's code into this SM's instruction cache and ``R_V``'s operand
+        into L2 while the splits run, then, once every split has counted its partial, for
+        real. Off the critical path then: the cold code, and the merging CTA's own ticket
+        round trip and reload."""
+        tidx, _, _ = cute.arch.thread_idx()
+        warp = cute.arch.make_warp_uniform(tidx // 32)
+        lane = tidx % 32
+        smem = cute.arch.get_dyn_smem(cutlass.Int8, alignment=16).toint()
+        ctr = counter_ptr + (Int64(b) * Int64(num_kv_heads) + Int64(h)) * 4
+        cta = (b * num_kv_heads + h) * num_splits + num_splits - 1   # debug trace slot
+        runs = cutlass.min(num_splits, 2)     # 2 (num_splits > 1 with merge CTAs)
+        for it in cutlass.range(0, runs, 1, unroll=1):
+            real = it == runs - 1
+            if real:
+                if tidx == 0:   # acquire: the splits' fence + count, then this fence
+                    while _ld_relaxed_s32(ctr) < num_splits:
+                        _nanosleep(MERGER_SLEEP_NS)
+                    _fence_acq_rel_gpu()
+                cute.arch.sync_threads()
+            self._merge_tail(opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, smem, b, h,
+                             group, num_kv_heads * group, num_splits, rv_stride,
+                             Int32(cutlass.select_(real, o_kind, 3)), o_stride_b, o_stride_h,
+                             tidx, warp, lane, counter_ptr, cta,
+                             Int32(cutlass.select_(real, 0, 3)))
+            cute.arch.sync_threads()
+        if tidx == 0:   # graph-safe: zero again for the next launch
+            _stg_s32(ctr, 0)
 
     @cute.jit
     def _rotate_out(self, af, s_rows, opart_ptr, o_ptr, b, h, split, group, num_qo_heads,
@@ -2488,10 +2436,6 @@ def _prefetch_l2(addr):
 
 def _fence_acq_rel_gpu():
     _ptx("fence.acq_rel.gpu;", [], [])
-
-
-def _red_add_s32(addr):
-    _ptx("red.relaxed.gpu.global.add.s32 [{$r0}], 1;", [], [addr])
 
 
 def _ld_relaxed_s32(addr):
