@@ -837,12 +837,15 @@ class Int2PagedDecodeSm90:
             # ranks (weights below) and the merge CTAs come after every split's CTA
             if num_splits <= RANK_MAX_SPLITS or mergers > 0:
                 h, b, split = cute.arch.block_idx()
+            # (two ifs: the split's code first in the binary, the merge CTA's after it; an
+            # if / else put the merge CTA's first, and every CTA's first instruction fetch
+            # after the entry jumped over it)
+            if split < num_splits:
+                self._work(*args, split, h, b)
             if split == num_splits:
                 self._merger(h, b, opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr,
                              counter_ptr, num_kv_heads, group, num_splits, rv_stride, o_kind,
                              o_stride_b, o_stride_h)
-            else:
-                self._work(*args, split, h, b)
         else:
             if cutlass.const_expr(self.ranked):
                 # the wide build with at most RANK_MAX_SPLITS splits: split-major grid (head,
