@@ -244,21 +244,6 @@ def wide_available(group: int, head_dim: int, any_page: bool = False) -> bool:
     return not any_page and _bundle.has_kernel(decode_op(group), head_dim, 8)
 
 
-def _use_mergers(rows: int, num_splits: int, dev) -> bool:
-    """Whether a wide-build call with ``rows`` (sequence, KV head) pairs of ``num_splits``
-    splits runs merge CTAs (one per pair, see ``Int2PagedDecodeSm90._merger``): with more
-    than one split, when the split CTAs and the merge CTAs fit one wave (a merge CTA waits
-    for its pair's splits, which the split-major grid dispatches before it).
-    ``OSCAR_CUTE_MERGERS=0|1`` forces it (benchmarks)."""
-    import torch
-
-    force = os.environ.get("OSCAR_CUTE_MERGERS")
-    if force is not None:
-        return force == "1" and num_splits > 1
-    sms = torch.cuda.get_device_properties(dev).multi_processor_count
-    return num_splits > 1 and rows * (num_splits + 1) <= (SM_WARPS // 8) * sms
-
-
 def _row_strides(spec) -> tuple[int, int, int]:
     """(page, slot, head) strides in rows of ``head_dim / 4`` code bytes."""
     if spec.kv_layout == "NHD":
@@ -322,8 +307,6 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
         raise UnsupportedConfigError(
             f"num_splits: the 8-warp build merges at most {FUSED_TAIL_ROWS} partial rows "
             f"(num_splits x GQA ratio {group}) in its fused tail, got {num_splits} splits")
-    mergers = int(warps == 8 and group <= PAIR_MAX_GROUP and not any_page
-                  and _use_mergers(batch_size * h, num_splits, dev))
     o_part = torch.empty(batch_size, num_qo_heads, num_splits, d, dtype=torch.float32, device=dev)
     lse_part = torch.empty(batch_size, num_qo_heads, num_splits, dtype=torch.float32, device=dev)
     lse = torch.empty(batch_size, num_qo_heads, dtype=torch.float32, device=dev)
@@ -342,7 +325,7 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
             lse_part, rk_op, rv_op, o, lse, counters]
     ints = [batch_size, h, group, spec.page_size, sp, ss, sh, spec.sink_size, spec.recent_size,
             num_splits, rk_stride, rv_op_stride, _kind(q.dtype), q.stride(0), q.stride(1),
-            _kind(o.dtype), o.stride(0), o.stride(1), mergers]
+            _kind(o.dtype), o.stride(0), o.stride(1)]
     scale_log2 = float(sm_scale) * math.log2(math.e)
     # GQA ratio <= 4: the kernel specialized to run two chunks per softmax pass; pages that
     # are not a multiple of CHUNK tokens: the any-page build

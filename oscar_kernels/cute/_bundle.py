@@ -28,11 +28,10 @@ from ..errors import BackendUnavailableError
 log = logging.getLogger(__name__)
 
 #: 2: fp16 rotation operands (format 1 took float32 R_K / R_V); 3: partials in the model's
-#: space (every split applies R_V^T), the merge kernel takes no rotation; 4: the decode
-#: launchers take ``mergers`` (merge CTAs in the wide builds) after ``o_stride_h``
-BUNDLE_FORMAT = 4
+#: space (every split applies R_V^T), the merge kernel takes no rotation
+BUNDLE_FORMAT = 3
 #: C argument types of each kernel, in order (pointers as int64, then ints, floats, stream).
-_DECODE_ARGS = [ctypes.c_int64] * 18 + [ctypes.c_int32] * 19 + [ctypes.c_float, ctypes.c_void_p]
+_DECODE_ARGS = [ctypes.c_int64] * 18 + [ctypes.c_int32] * 18 + [ctypes.c_float, ctypes.c_void_p]
 _ARGTYPES = {
     "decode": _DECODE_ARGS,
     "decode_pair": _DECODE_ARGS,        # the same launcher, specialized for GQA <= 4

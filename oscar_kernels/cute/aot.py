@@ -30,7 +30,7 @@ import os
 import subprocess
 import sys
 
-BUNDLE_FORMAT = 4     # oscar_kernels.cute._bundle.BUNDLE_FORMAT says what changed
+BUNDLE_FORMAT = 3     # oscar_kernels.cute._bundle.BUNDLE_FORMAT says what changed
 HEAD_DIMS = (64, 128)
 
 

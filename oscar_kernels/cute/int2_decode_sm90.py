@@ -389,9 +389,7 @@ P_TILE = CHUNK * MAX_GROUP * 2
 PAIR_ROW = 32     # bytes per token row of the pair kernel's P tile (2 P_TILE in all)
 #: C ABI of the launcher: pointers (int64), then int32 arguments, one float, the stream.
 NUM_PTR_ARGS = 18
-NUM_INT_ARGS = 19
-#: Sleep between a merge CTA's polls of its counter (ns; ``nanosleep`` is approximate).
-MERGER_SLEEP_NS = 100
+NUM_INT_ARGS = 18
 #: Depth of each warp's cp.async ring (chunks in flight per warp), per head_dim.
 STAGES = {64: 8, 128: 8}
 assert all(s & (s - 1) == 0 for s in STAGES.values())   # ring index = chunk & (stages - 1)
@@ -755,9 +753,6 @@ class Int2PagedDecodeSm90:
         # the same code there moved their main loops (perf/sass_report.py: 149.5 -> 151.5
         # and 176.5 -> 179 SASS per chunk), so they keep the ticket path for one split too
         self.out_rotation = self.nw == 4
-        # merge CTAs (see _merger; the host's `mergers` turns them on per call): the wide
-        # pair build only
-        self.with_mergers = self.ranked and self.pair
         self.row_bytes = d // 4        # code bytes per token and head
         self.stage_bytes = 2 * CHUNK * self.row_bytes + 2 * CHUNK * 4
         self.stages = STAGES[d]
@@ -788,26 +783,21 @@ class Int2PagedDecodeSm90:
                  page_size: Int32, stride_page: Int32, stride_slot: Int32, stride_head: Int32,
                  sink: Int32, recent: Int32, num_splits: Int32, rk_stride: Int32,
                  rv_stride: Int32, q_kind: Int32, q_stride_b: Int32, q_stride_h: Int32,
-                 o_kind: Int32, o_stride_b: Int32, o_stride_h: Int32, mergers: Int32,
-                 scale_log2: Float32, stream: cuda.CUstream):
+                 o_kind: Int32, o_stride_b: Int32, o_stride_h: Int32, scale_log2: Float32,
+                 stream: cuda.CUstream):
         grid = [num_splits, num_kv_heads, batch_size]
         if cutlass.const_expr(self.ranked):
-            # split-major for few splits or with merge CTAs (see the kernel): (head,
-            # sequence, split), the merge CTAs (split == num_splits) dispatched last
+            # split-major for few splits (see the kernel): (head, sequence, split)
             sm = num_splits <= RANK_MAX_SPLITS
-            zs = num_splits
-            if cutlass.const_expr(self.with_mergers):
-                sm = num_splits <= RANK_MAX_SPLITS or mergers > 0
-                zs = num_splits + cutlass.select_(mergers > 0, 1, 0)
             grid = [Int32(cutlass.select_(sm, num_kv_heads, num_splits)),
                     Int32(cutlass.select_(sm, batch_size, num_kv_heads)),
-                    Int32(cutlass.select_(sm, zs, batch_size))]
+                    Int32(cutlass.select_(sm, num_splits, batch_size))]
         self.kernel(q_ptr, kc_ptr, kp_ptr, vc_ptr, vp_ptr, kw_ptr, vw_ptr, indptr_ptr,
                     indices_ptr, last_ptr, slots_ptr, opart_ptr, lsepart_ptr, rk_ptr, rv_ptr,
                     o_ptr, lse_ptr, counter_ptr, num_kv_heads, group, page_size, stride_page,
                     stride_slot, stride_head, sink, recent, num_splits, rk_stride, rv_stride,
                     q_kind, q_stride_b, q_stride_h, o_kind, o_stride_b, o_stride_h,
-                    mergers, scale_log2).launch(grid=grid,
+                    scale_log2).launch(grid=grid,
                                        block=(32 * self.nw, 1, 1), stream=stream,
                                        smem=self.smem_bytes,
                                        max_number_threads=[32 * self.nw, 1, 1],
@@ -824,50 +814,14 @@ class Int2PagedDecodeSm90:
                stride_slot: Int32, stride_head: Int32, sink: Int32, recent: Int32,
                num_splits: Int32, rk_stride: Int32, rv_stride: Int32, q_kind: Int32,
                q_stride_b: Int32, q_stride_h: Int32, o_kind: Int32, o_stride_b: Int32,
-               o_stride_h: Int32, mergers: Int32, scale_log2: Float32):
-        split, h, b = cute.arch.block_idx()
-        args = (q_ptr, kc_ptr, kp_ptr, vc_ptr, vp_ptr, kw_ptr, vw_ptr, indptr_ptr, indices_ptr,
-                last_ptr, slots_ptr, opart_ptr, lse_ptr_part, rk_ptr, rv_ptr, o_ptr, lse_ptr,
-                counter_ptr, num_kv_heads, group, page_size, stride_page, stride_slot,
-                stride_head, sink, recent, num_splits, rk_stride, rv_stride, q_kind,
-                q_stride_b, q_stride_h, o_kind, o_stride_b, o_stride_h, mergers, scale_log2)
-        if cutlass.const_expr(self.with_mergers):
-            # the wide pair build with at most RANK_MAX_SPLITS splits or with merge CTAs:
-            # split-major grid (head, sequence, split), so a sequence's splits span dispatch
-            # ranks (weights below) and the merge CTAs come after every split's CTA
-            if num_splits <= RANK_MAX_SPLITS or mergers > 0:
-                h, b, split = cute.arch.block_idx()
-            # (two ifs: the split's code first in the binary, the merge CTA's after it; an
-            # if / else put the merge CTA's first, and every CTA's first instruction fetch
-            # after the entry jumped over it)
-            if split < num_splits:
-                self._work(*args, split, h, b)
-            if split == num_splits:
-                self._merger(h, b, opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr,
-                             counter_ptr, num_kv_heads, group, num_splits, rv_stride, o_kind,
-                             o_stride_b, o_stride_h)
-        else:
-            if cutlass.const_expr(self.ranked):
-                # the wide build with at most RANK_MAX_SPLITS splits: split-major grid (head,
-                # sequence, split), so a sequence's splits span dispatch ranks (weights below)
-                if num_splits <= RANK_MAX_SPLITS:
-                    h, b, split = cute.arch.block_idx()
-            self._work(*args, split, h, b)
-
-    @cute.jit
-    def _work(self, q_ptr: Int64, kc_ptr: Int64, kp_ptr: Int64, vc_ptr: Int64, vp_ptr: Int64,
-              kw_ptr: Int64, vw_ptr: Int64, indptr_ptr: Int64, indices_ptr: Int64,
-              last_ptr: Int64, slots_ptr: Int64, opart_ptr: Int64, lse_ptr_part: Int64,
-              rk_ptr: Int64, rv_ptr: Int64, o_ptr: Int64, lse_ptr: Int64, counter_ptr: Int64,
-              num_kv_heads: Int32, group: Int32, page_size: Int32, stride_page: Int32,
-              stride_slot: Int32, stride_head: Int32, sink: Int32, recent: Int32,
-              num_splits: Int32, rk_stride: Int32, rv_stride: Int32, q_kind: Int32,
-              q_stride_b: Int32, q_stride_h: Int32, o_kind: Int32, o_stride_b: Int32,
-              o_stride_h: Int32, mergers: Int32, scale_log2: Float32, split: Int32, h: Int32,
-              b: Int32):
-        """One split's CTA: attention over its share of (sequence ``b``, KV head ``h``), the
-        combine of its warps, and the ticket (and the merge tail when it draws the last)."""
+               o_stride_h: Int32, scale_log2: Float32):
         d = self.d
+        split, h, b = cute.arch.block_idx()
+        if cutlass.const_expr(self.ranked):
+            # the wide build with at most RANK_MAX_SPLITS splits: split-major grid (head,
+            # sequence, split), so a sequence's splits span dispatch ranks (weights below)
+            if num_splits <= RANK_MAX_SPLITS:
+                h, b, split = cute.arch.block_idx()
         tidx, _, _ = cute.arch.thread_idx()
         # warp-uniform: what derives from it (split ranges, ring stages, page blocks) can live
         # in uniform registers (167.5 -> 161.5 SASS per chunk, no divergence guards)
@@ -1320,7 +1274,7 @@ class Int2PagedDecodeSm90:
             self._ticket_and_merge(opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr,
                                    counter_ptr, s_x, cbase, b, h, cta, group, num_kv_heads,
                                    num_qo_heads, num_splits, rv_stride, o_kind, o_stride_b,
-                                   o_stride_h, tidx, warp, lane, mergers)
+                                   o_stride_h, tidx, warp, lane)
         _trace(counter_ptr, cta, 6, tidx)
 
     # ------------------------------------------------------------- helpers
@@ -1419,9 +1373,8 @@ class Int2PagedDecodeSm90:
     @cute.jit
     def _ticket_and_merge(self, opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, counter_ptr,
                           s_x, cbase, b, h, cta, group, num_kv_heads, num_qo_heads, num_splits,
-                          rv_stride, o_kind, o_stride_b, o_stride_h, tidx, warp, lane, mergers):
-        """Atomic ticket per (sequence, KV head); the CTA drawing the last one merges (none
-        with merge CTAs: see :meth:`_merger`)."""
+                          rv_stride, o_kind, o_stride_b, o_stride_h, tidx, warp, lane):
+        """Atomic ticket per (sequence, KV head); the CTA drawing the last one merges."""
         # the cooperative-groups grid-barrier pattern: the CTA barrier orders every thread's
         # partial stores before thread 0's gpu-scope fence + ticket (release), and thread
         # 0's fence after the ticket before the barrier that the merging threads' loads
@@ -1436,51 +1389,13 @@ class Int2PagedDecodeSm90:
             _sts_i32(s_x, t)
         cute.arch.sync_threads()
         _trace(counter_ptr, cta, 5, tidx)
-        last = num_splits - 1
-        if cutlass.const_expr(self.with_mergers):
-            last = last + mergers     # no split's ticket reaches it: the merge CTA merges
-        if _lds_b32(s_x) == last:
+        if _lds_b32(s_x) == num_splits - 1:
             if cutlass.const_expr("merge" not in _DEBUG):
                 self._merge_tail(opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, cbase, b, h,
                                  group, num_qo_heads, num_splits, rv_stride, o_kind,
                                  o_stride_b, o_stride_h, tidx, warp, lane, counter_ptr, cta)
             if tidx == 0:   # graph-safe: the counter is zero again for the next launch
                 _stg_s32(counter_ptr + (Int64(b) * Int64(num_kv_heads) + Int64(h)) * 4, 0)
-
-    @cute.jit
-    def _merger(self, h, b, opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, counter_ptr,
-                num_kv_heads, group, num_splits, rv_stride, o_kind, o_stride_b, o_stride_h):
-        """The merge CTA of (sequence ``b``, KV head ``h``) (wide pair build, when the host
-        passes ``mergers``: the grid's last split slice, dispatched after every split's
-        CTA). It runs the merge tail twice, one copy of its code (a loop the compiler cannot
-        unroll): dry at the start (stores off: kind 3 matches no store in ``_store_kind``),
-        which brings the tail's code into this SM's instruction cache and ``R_V``'s operand
-        into L2 while the splits run, then, once every split has counted its partial, for
-        real. Off the critical path then: the cold code, and the merging CTA's own ticket
-        round trip and reload."""
-        tidx, _, _ = cute.arch.thread_idx()
-        warp = cute.arch.make_warp_uniform(tidx // 32)
-        lane = tidx % 32
-        smem = cute.arch.get_dyn_smem(cutlass.Int8, alignment=16).toint()
-        ctr = counter_ptr + (Int64(b) * Int64(num_kv_heads) + Int64(h)) * 4
-        cta = (b * num_kv_heads + h) * num_splits + num_splits - 1   # debug trace slot
-        runs = cutlass.min(num_splits, 2)     # 2 (num_splits > 1 with merge CTAs)
-        for it in cutlass.range(0, runs, 1, unroll=1):
-            real = it == runs - 1
-            if real:
-                if tidx == 0:   # acquire: the splits' fence + count, then this fence
-                    while _ld_relaxed_s32(ctr) < num_splits:
-                        _nanosleep(MERGER_SLEEP_NS)
-                    _fence_acq_rel_gpu()
-                cute.arch.sync_threads()
-            self._merge_tail(opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, smem, b, h,
-                             group, num_kv_heads * group, num_splits, rv_stride,
-                             Int32(cutlass.select_(real, o_kind, 3)), o_stride_b, o_stride_h,
-                             tidx, warp, lane, counter_ptr, cta,
-                             Int32(cutlass.select_(real, 0, 3)))
-            cute.arch.sync_threads()
-        if tidx == 0:   # graph-safe: zero again for the next launch
-            _stg_s32(ctr, 0)
 
     @cute.jit
     def _rotate_out(self, af, s_rows, opart_ptr, o_ptr, b, h, split, group, num_qo_heads,
@@ -1625,7 +1540,7 @@ class Int2PagedDecodeSm90:
     @cute.jit
     def _merge_tail(self, opart_ptr, lsepart_ptr, rv_ptr, o_ptr, lse_ptr, cbase, b, h, group,
                     num_qo_heads, num_splits, rv_stride, o_kind, o_stride_b, o_stride_h, tidx,
-                    warp, lane, counter_ptr, cta, lse_kind=None):
+                    warp, lane, counter_ptr, cta):
         """Run by the last CTA of (sequence ``b``, KV head ``h``) when ``num_splits * group
         <= FUSED_TAIL_ROWS``: merge the partials of the group's heads
         (``w_s = 2^(lse2_s - max)``), apply ``R_V[h]^T`` on the tensor cores, store ``o`` in
@@ -1685,10 +1600,7 @@ class Int2PagedDecodeSm90:
                 if sidx < num_splits:
                     _sts_f32(s_w + (gg * num_splits + sidx) * 4, lv[i] * inv)
             if lane == 0:
-                if cutlass.const_expr(lse_kind is None):
-                    _stg_f32(lse_ptr + (row0 + Int64(gg)) * 4, lse)
-                else:
-                    _store_kind(lse_ptr, row0 + Int64(gg), lse, lse_kind)
+                _stg_f32(lse_ptr + (row0 + Int64(gg)) * 4, lse)
         _cp_wait(0)
         cute.arch.sync_threads()
         _trace(counter_ptr, cta, 8, tidx)
@@ -2439,14 +2351,6 @@ def _prefetch_l2(addr):
 
 def _fence_acq_rel_gpu():
     _ptx("fence.acq_rel.gpu;", [], [])
-
-
-def _ld_relaxed_s32(addr):
-    return _ptx("ld.relaxed.gpu.global.s32 {$w0}, [{$r0}];", [Int32], [addr])
-
-
-def _nanosleep(ns: int):
-    _ptx(f"nanosleep.u32 {ns};", [], [])
 
 
 def _atom_add_s32(addr, val: int):

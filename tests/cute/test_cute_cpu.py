@@ -87,10 +87,10 @@ def test_missing_or_bad_bundle_is_a_typed_error(tmp_path, monkeypatch):
     with pytest.raises(BackendUnavailableError, match="unreadable"):
         _bundle.read_manifest()
     # bundles of older kernel ABIs (format 1: float32 R_K / R_V; 2: un-rotated partials and
-    # a merge kernel taking R_V; 3: decode launchers without `mergers`) are refused by name
-    for old in (1, 2, 3):
+    # a merge kernel taking R_V) are refused by name
+    for old in (1, 2):
         (tmp_path / "manifest.json").write_text(json.dumps({"bundle_format": old, "kernels": {}}))
-        with pytest.raises(BackendUnavailableError, match=f"expected bundle_format 4, got {old}"):
+        with pytest.raises(BackendUnavailableError, match=f"expected bundle_format 3, got {old}"):
             _bundle.read_manifest()
     (tmp_path / "manifest.json").write_text(json.dumps({"bundle_format": _bundle.BUNDLE_FORMAT, "kernels": {
         "int2_decode_sm90_d128": {"op": "decode", "head_dim": 128, "library": "libnone.so"}}}))
