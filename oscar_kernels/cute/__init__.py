@@ -231,6 +231,20 @@ def plan(batch_size: int, num_kv_heads: int, num_sms: int, group: int, head_dim:
     return 4, splits
 
 
+def use_merge_ctas(rows: int, num_splits: int, num_sms: int, group: int) -> bool:
+    """Whether a wide-build call with ``rows`` (sequence, KV head) pairs of ``num_splits``
+    splits runs the merge-CTA build (``decode_pair_mc``): GQA <= 4, more than one split
+    merged in the fused tail, and the split CTAs plus one merge CTA per pair in one wave
+    (qwen3-8b batch 1-4). A merge CTA waits for its pair's splits, which the split-major
+    grid dispatches before it; in one wave all are resident anyway.
+    ``OSCAR_CUTE_MERGE_CTAS=0|1`` overrides the choice (benchmarks)."""
+    force = os.environ.get("OSCAR_CUTE_MERGE_CTAS")
+    ok = (group <= PAIR_MAX_GROUP and 1 < num_splits and num_splits * group <= FUSED_TAIL_ROWS)
+    if force is not None:
+        return ok and force == "1"
+    return ok and rows * (num_splits + 1) <= (SM_WARPS // 8) * num_sms
+
+
 def decode_op(group: int, any_page: bool = False) -> str:
     """The bundle op that runs a GQA ratio: ``decode_pair`` up to ``PAIR_MAX_GROUP``, else
     ``decode``; ``*_anypage`` for pages that are not a multiple of ``CHUNK`` tokens."""
@@ -252,26 +266,30 @@ def _row_strides(spec) -> tuple[int, int, int]:
 
 
 def decode(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots, rot_k, rot_v,
-           sm_scale, *, out=None, num_splits: int | None = None, warps: int | None = None):
+           sm_scale, *, out=None, num_splits: int | None = None, warps: int | None = None,
+           merge_ctas: bool | None = None):
     """Backend entry of :func:`oscar_kernels.ops.paged_decode_attention` (inputs validated).
 
     ``q [batch_size, num_qo_heads, head_dim]``; returns ``(o, lse)``: ``o`` of q's dtype in
     the model's space (written into ``out`` when given), ``lse [batch_size, num_qo_heads]``
     float32 natural log. No host synchronization; every launch is graph-capturable.
-    ``warps`` / ``num_splits`` override :func:`plan` (tests, benchmarks).
+    ``warps`` / ``num_splits`` override :func:`plan` (tests, benchmarks); ``merge_ctas``
+    forces the merge-CTA build (:func:`use_merge_ctas`) on or off for wide pair calls.
     """
     steps, result = decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len,
                                  window_slots, rot_k, rot_v, sm_scale, out=out,
-                                 num_splits=num_splits, warps=warps)
+                                 num_splits=num_splits, warps=warps, merge_ctas=merge_ctas)
     for _, step in steps:
         step()
     return result()
 
 
 def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots, rot_k, rot_v,
-                 sm_scale, *, out=None, num_splits: int | None = None, warps: int | None = None):
+                 sm_scale, *, out=None, num_splits: int | None = None, warps: int | None = None,
+                 merge_ctas: bool | None = None):
     """The launches of :func:`decode` as ``[(name, fn)]`` over buffers allocated here, plus
-    a ``result()`` returning ``(o, lse)`` after they ran (used by the per-step benchmark)."""
+    a ``result()`` returning ``(o, lse)`` after they ran (used by the per-step benchmark).
+    ``merge_ctas`` forces the merge-CTA build on or off for wide pair calls (tests)."""
     import torch
 
     spec = cache.spec
@@ -307,6 +325,20 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
         raise UnsupportedConfigError(
             f"num_splits: the 8-warp build merges at most {FUSED_TAIL_ROWS} partial rows "
             f"(num_splits x GQA ratio {group}) in its fused tail, got {num_splits} splits")
+    op = decode_op(group, any_page)
+    # single-wave shapes: one more CTA per (sequence, KV head) merges its splits
+    # (Int2PagedDecodeSm90._merger); the same arguments
+    mc_ok = (warps == 8 and op == "decode_pair" and 1 < num_splits and not use_merge
+             and _bundle.has_kernel("decode_pair_mc", d, 8))
+    if merge_ctas and not mc_ok:
+        raise UnsupportedConfigError(
+            "merge_ctas: the merge-CTA build runs GQA <= 4 with 8 warps, 2 or more splits "
+            f"merged in the fused tail, from a bundle that has it; got GQA {group}, {warps} "
+            f"warps, {num_splits} splits")
+    if mc_ok and (use_merge_ctas(batch_size * h, num_splits,
+                                 torch.cuda.get_device_properties(dev).multi_processor_count,
+                                 group) if merge_ctas is None else merge_ctas):
+        op = "decode_pair_mc"
     o_part = torch.empty(batch_size, num_qo_heads, num_splits, d, dtype=torch.float32, device=dev)
     lse_part = torch.empty(batch_size, num_qo_heads, num_splits, dtype=torch.float32, device=dev)
     lse = torch.empty(batch_size, num_qo_heads, dtype=torch.float32, device=dev)
@@ -329,7 +361,7 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
     scale_log2 = float(sm_scale) * math.log2(math.e)
     # GQA ratio <= 4: the kernel specialized to run two chunks per softmax pass; pages that
     # are not a multiple of CHUNK tokens: the any-page build
-    kernel = _bundle.get_kernel(decode_op(group, any_page), d, warps)
+    kernel = _bundle.get_kernel(op, d, warps)
 
     def run_decode():
         # q @ R_K, attention over this CTA's split, then either (one split, or the merge

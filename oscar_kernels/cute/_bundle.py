@@ -38,6 +38,7 @@ _ARGTYPES = {
     "merge": [ctypes.c_int64] * 4 + [ctypes.c_int32] * 7 + [ctypes.c_void_p],
     "decode_anypage": _DECODE_ARGS,     # pages of any size (not a multiple of 16)
     "decode_pair_anypage": _DECODE_ARGS,
+    "decode_pair_mc": _DECODE_ARGS,     # the wide pair build with merge CTAs (8 warps)
 }
 OPS = tuple(_ARGTYPES)
 #: the ops a head_dim needs to count as available (the any-page ones are optional)
@@ -58,6 +59,7 @@ def kernel_name(op: str, head_dim: int, warps: int = 4) -> str:
             "decode_pair": f"int2_decode_pair{wide}_sm90_d{head_dim}",
             "decode_anypage": f"int2_decode_anypage{wide}_sm90_d{head_dim}",
             "decode_pair_anypage": f"int2_decode_pair_anypage{wide}_sm90_d{head_dim}",
+            "decode_pair_mc": f"int2_decode_pair_mc{wide}_sm90_d{head_dim}",
             "merge": f"int2_decode_merge_sm90_d{head_dim}"}[op]
 
 
@@ -116,6 +118,8 @@ def has_kernel(op: str, head_dim: int, warps: int = 4) -> bool:
     """Whether this process can run ``op`` for ``head_dim`` with CTAs of ``warps`` warps
     (JIT: every valid combination; a bundle: what its manifest lists)."""
     if mode() == "jit":
+        if op == "decode_pair_mc":
+            return warps == 8 and head_dim == 128
         return warps == 4 or (warps == 8 and head_dim == 128 and op in ("decode", "decode_pair"))
     try:
         entry = read_manifest()["kernels"].get(kernel_name(op, head_dim, warps))
@@ -161,7 +165,7 @@ def _load_jit_kernel(op: str, head_dim: int, warps: int) -> Callable:
     from .int2_decode_sm90 import Int2DecodeConfig, compile_decode, compile_merge
 
     cfg = Int2DecodeConfig(head_dim=head_dim, pair=op.startswith("decode_pair"), warps=warps,
-                           any_page=op.endswith("_anypage"))
+                           any_page=op.endswith("_anypage"), merge_ctas=op == "decode_pair_mc")
     compiled = (compile_merge if op == "merge" else compile_decode)(cfg)
 
     def launch(*args) -> None:

@@ -8,7 +8,8 @@ Runs on a machine without a GPU (``CUTE_DSL_ARCH=sm_90a``), in an environment wi
         --out oscar_kernels/cute/prebuilt --cuda /usr/local/cuda-13.0
 
 For every static compile key (``head_dim`` in {64, 128}; GQA class; page sizes that are a
-multiple of 16 or any (``*_anypage``); at head_dim 128 also CTAs of 8 warps) it ``cute.compile``s the decode kernel (query rotation, attention, and for
+multiple of 16 or any (``*_anypage``); at head_dim 128 also CTAs of 8 warps, and the wide
+pair build with merge CTAs, ``decode_pair_mc``) it ``cute.compile``s the decode kernel (query rotation, attention, and for
 few splits the merge in one launch) and the separate split merge,
 ``export_to_c`` (an object file embedding the sm_90a cubin), then links a ~40 KB shared
 library with a two-function C ABI::
@@ -107,7 +108,9 @@ def build(out_dir: str, cuda_home: str, head_dims=HEAD_DIMS) -> dict:
             builds.append((op, c.name, compile_decode, c))
         if d == 128:   # the wide build: 8 warps per CTA (oscar_kernels.cute.plan)
             for op, c in (("decode", Int2DecodeConfig(head_dim=d, warps=8)),
-                          ("decode_pair", Int2DecodeConfig(head_dim=d, pair=True, warps=8))):
+                          ("decode_pair", Int2DecodeConfig(head_dim=d, pair=True, warps=8)),
+                          ("decode_pair_mc", Int2DecodeConfig(head_dim=d, pair=True, warps=8,
+                                                              merge_ctas=True))):
                 builds.append((op, c.name, compile_decode, c))
         for op, name, fn, c in builds:
             fn(c).export_to_c(out_dir, name)

@@ -390,6 +390,8 @@ PAIR_ROW = 32     # bytes per token row of the pair kernel's P tile (2 P_TILE in
 #: C ABI of the launcher: pointers (int64), then int32 arguments, one float, the stream.
 NUM_PTR_ARGS = 18
 NUM_INT_ARGS = 18
+#: Sleep between a merge CTA's polls of its counter (ns; ``nanosleep`` is approximate).
+MERGER_SLEEP_NS = 100
 #: Depth of each warp's cp.async ring (chunks in flight per warp), per head_dim.
 STAGES = {64: 8, 128: 8}
 assert all(s & (s - 1) == 0 for s in STAGES.values())   # ring index = chunk & (stages - 1)
@@ -419,12 +421,17 @@ class Int2DecodeConfig:
     #: tokens may lie in several pages, so every lane finds its token's page (see
     #: ``_page_row_any``); 4 warps only
     any_page: bool = False
+    #: Merge CTAs (the wide pair build for single-wave shapes, see ``_merger``): one more CTA
+    #: per (sequence, KV head) merges its splits; 8 warps and ``pair`` only
+    merge_ctas: bool = False
 
     @property
     def name(self) -> str:
         wide = "_w8" if self.warps == 8 else ""
         anyp = "_anypage" if self.any_page else ""
-        return f"int2_decode{'_pair' if self.pair else ''}{anyp}{wide}_sm90_d{self.head_dim}"
+        mc = "_mc" if self.merge_ctas else ""
+        return (f"int2_decode{'_pair' if self.pair else ''}{anyp}{mc}{wide}"
+                f"_sm90_d{self.head_dim}")
 
     @property
     def merge_name(self) -> str:
@@ -728,7 +735,11 @@ class Int2PagedDecodeSm90:
                              f"{d // 16}, got {config.warps}")
         if config.any_page and config.warps != 4:
             raise ValueError(f"warps: the any-page build has 4 warps per CTA, got {config.warps}")
+        if config.merge_ctas and not (config.warps == 8 and config.pair):
+            raise ValueError("merge_ctas: the merge-CTA build is the wide pair build (warps 8, "
+                             f"pair), got warps {config.warps}, pair {config.pair}")
         self.any_page = config.any_page
+        self.merge_ctas = config.merge_ctas
         self.config = config
         self.d = d
         self.nw = config.warps         # warps per CTA
@@ -786,7 +797,10 @@ class Int2PagedDecodeSm90:
                  o_kind: Int32, o_stride_b: Int32, o_stride_h: Int32, scale_log2: Float32,
                  stream: cuda.CUstream):
         grid = [num_splits, num_kv_heads, batch_size]
-        if cutlass.const_expr(self.ranked):
+        if cutlass.const_expr(self.merge_ctas):
+            # split-major, and a last split slice of merge CTAs (dispatched after every split)
+            grid = [num_kv_heads, batch_size, num_splits + 1]
+        elif cutlass.const_expr(self.ranked):
             # split-major for few splits (see the kernel): (head, sequence, split)
             sm = num_splits <= RANK_MAX_SPLITS
             grid = [Int32(cutlass.select_(sm, num_kv_heads, num_splits)),
@@ -815,13 +829,42 @@ class Int2PagedDecodeSm90:
                num_splits: Int32, rk_stride: Int32, rv_stride: Int32, q_kind: Int32,
                q_stride_b: Int32, q_stride_h: Int32, o_kind: Int32, o_stride_b: Int32,
                o_stride_h: Int32, scale_log2: Float32):
+        args = (q_ptr, kc_ptr, kp_ptr, vc_ptr, vp_ptr, kw_ptr, vw_ptr, indptr_ptr, indices_ptr,
+                last_ptr, slots_ptr, opart_ptr, lse_ptr_part, rk_ptr, rv_ptr, o_ptr, lse_ptr,
+                counter_ptr, num_kv_heads, group, page_size, stride_page, stride_slot,
+                stride_head, sink, recent, num_splits, rk_stride, rv_stride, q_kind,
+                q_stride_b, q_stride_h, o_kind, o_stride_b, o_stride_h, scale_log2)
+        if cutlass.const_expr(self.merge_ctas):
+            h, b, split = cute.arch.block_idx()
+            if split == num_splits:
+                self._merger(h, b, opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr,
+                             counter_ptr, num_kv_heads, group, num_splits, rv_stride, o_kind,
+                             o_stride_b, o_stride_h)
+            else:
+                self._work(*args, split, h, b)
+        else:
+            split, h, b = cute.arch.block_idx()
+            if cutlass.const_expr(self.ranked):
+                # the wide build with at most RANK_MAX_SPLITS splits: split-major grid (head,
+                # sequence, split), so a sequence's splits span dispatch ranks (weights below)
+                if num_splits <= RANK_MAX_SPLITS:
+                    h, b, split = cute.arch.block_idx()
+            self._work(*args, split, h, b)
+
+    @cute.jit
+    def _work(self, q_ptr: Int64, kc_ptr: Int64, kp_ptr: Int64, vc_ptr: Int64, vp_ptr: Int64,
+              kw_ptr: Int64, vw_ptr: Int64, indptr_ptr: Int64, indices_ptr: Int64,
+              last_ptr: Int64, slots_ptr: Int64, opart_ptr: Int64, lse_ptr_part: Int64,
+              rk_ptr: Int64, rv_ptr: Int64, o_ptr: Int64, lse_ptr: Int64, counter_ptr: Int64,
+              num_kv_heads: Int32, group: Int32, page_size: Int32, stride_page: Int32,
+              stride_slot: Int32, stride_head: Int32, sink: Int32, recent: Int32,
+              num_splits: Int32, rk_stride: Int32, rv_stride: Int32, q_kind: Int32,
+              q_stride_b: Int32, q_stride_h: Int32, o_kind: Int32, o_stride_b: Int32,
+              o_stride_h: Int32, scale_log2: Float32, split: Int32, h: Int32, b: Int32):
+        """The CTA of split ``split`` of (sequence ``b``, KV head ``h``): attention over its
+        share, the combine of its warps, the ticket (and the merge tail when it draws the
+        last one, except in the merge-CTA build)."""
         d = self.d
-        split, h, b = cute.arch.block_idx()
-        if cutlass.const_expr(self.ranked):
-            # the wide build with at most RANK_MAX_SPLITS splits: split-major grid (head,
-            # sequence, split), so a sequence's splits span dispatch ranks (weights below)
-            if num_splits <= RANK_MAX_SPLITS:
-                h, b, split = cute.arch.block_idx()
         tidx, _, _ = cute.arch.thread_idx()
         # warp-uniform: what derives from it (split ranges, ring stages, page blocks) can live
         # in uniform registers (167.5 -> 161.5 SASS per chunk, no divergence guards)
@@ -1374,7 +1417,24 @@ class Int2PagedDecodeSm90:
     def _ticket_and_merge(self, opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, counter_ptr,
                           s_x, cbase, b, h, cta, group, num_kv_heads, num_qo_heads, num_splits,
                           rv_stride, o_kind, o_stride_b, o_stride_h, tidx, warp, lane):
-        """Atomic ticket per (sequence, KV head); the CTA drawing the last one merges."""
+        """Atomic ticket per (sequence, KV head); the CTA drawing the last one merges (in the
+        merge-CTA build every split only counts, and the merge CTA merges: ``_merger``)."""
+        if cutlass.const_expr(self.merge_ctas):
+            # release: the CTA barrier orders every thread's partial stores before thread
+            # 0's gpu-scope fence and count
+            cute.arch.sync_threads()
+            if tidx == 0:
+                _fence_acq_rel_gpu()
+                _atom_add_s32(counter_ptr + (Int64(b) * Int64(num_kv_heads) + Int64(h)) * 4, 1)
+        else:
+            self._ticket(opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, counter_ptr, s_x,
+                         cbase, b, h, cta, group, num_kv_heads, num_qo_heads, num_splits,
+                         rv_stride, o_kind, o_stride_b, o_stride_h, tidx, warp, lane)
+
+    @cute.jit
+    def _ticket(self, opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, counter_ptr, s_x, cbase,
+                b, h, cta, group, num_kv_heads, num_qo_heads, num_splits, rv_stride, o_kind,
+                o_stride_b, o_stride_h, tidx, warp, lane):
         # the cooperative-groups grid-barrier pattern: the CTA barrier orders every thread's
         # partial stores before thread 0's gpu-scope fence + ticket (release), and thread
         # 0's fence after the ticket before the barrier that the merging threads' loads
@@ -1396,6 +1456,40 @@ class Int2PagedDecodeSm90:
                                  o_stride_b, o_stride_h, tidx, warp, lane, counter_ptr, cta)
             if tidx == 0:   # graph-safe: the counter is zero again for the next launch
                 _stg_s32(counter_ptr + (Int64(b) * Int64(num_kv_heads) + Int64(h)) * 4, 0)
+
+    @cute.jit
+    def _merger(self, h, b, opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, counter_ptr,
+                num_kv_heads, group, num_splits, rv_stride, o_kind, o_stride_b, o_stride_h):
+        """The merge CTA of (sequence ``b``, KV head ``h``) in the merge-CTA build (the
+        grid's last split slice, dispatched after every split's CTA). It runs the merge tail
+        twice, one copy of its code (a loop the compiler cannot unroll): dry at the start
+        (stores off: kind 3 matches no store in ``_store_kind``), which brings the tail's
+        code into this SM's instruction cache and ``R_V``'s operand into L2 while the splits
+        run, then, once every split has counted its partial, for real. Off the critical path
+        then: the cold code, and a merging split's ticket round trips and reload."""
+        tidx, _, _ = cute.arch.thread_idx()
+        warp = cute.arch.make_warp_uniform(tidx // 32)
+        lane = tidx % 32
+        smem = cute.arch.get_dyn_smem(cutlass.Int8, alignment=16).toint()
+        ctr = counter_ptr + (Int64(b) * Int64(num_kv_heads) + Int64(h)) * 4
+        cta = (b * num_kv_heads + h) * num_splits + num_splits - 1   # debug trace slot
+        runs = cutlass.min(num_splits + 1, 2)     # 2, unknown to the compiler
+        for it in cutlass.range(0, runs, 1, unroll=1):
+            real = it == runs - 1
+            if real:
+                if tidx == 0:   # acquire: the splits' fence + count, then this fence
+                    while _ld_relaxed_s32(ctr) < num_splits:
+                        _nanosleep(MERGER_SLEEP_NS)
+                    _fence_acq_rel_gpu()
+                cute.arch.sync_threads()
+            self._merge_tail(opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, smem, b, h,
+                             group, num_kv_heads * group, num_splits, rv_stride,
+                             Int32(cutlass.select_(real, o_kind, 3)), o_stride_b, o_stride_h,
+                             tidx, warp, lane, counter_ptr, cta,
+                             Int32(cutlass.select_(real, 0, 3)))
+            cute.arch.sync_threads()
+        if tidx == 0:   # graph-safe: zero again for the next launch
+            _stg_s32(ctr, 0)
 
     @cute.jit
     def _rotate_out(self, af, s_rows, opart_ptr, o_ptr, b, h, split, group, num_qo_heads,
@@ -1540,7 +1634,7 @@ class Int2PagedDecodeSm90:
     @cute.jit
     def _merge_tail(self, opart_ptr, lsepart_ptr, rv_ptr, o_ptr, lse_ptr, cbase, b, h, group,
                     num_qo_heads, num_splits, rv_stride, o_kind, o_stride_b, o_stride_h, tidx,
-                    warp, lane, counter_ptr, cta):
+                    warp, lane, counter_ptr, cta, lse_kind=None):
         """Run by the last CTA of (sequence ``b``, KV head ``h``) when ``num_splits * group
         <= FUSED_TAIL_ROWS``: merge the partials of the group's heads
         (``w_s = 2^(lse2_s - max)``), apply ``R_V[h]^T`` on the tensor cores, store ``o`` in
@@ -1600,7 +1694,10 @@ class Int2PagedDecodeSm90:
                 if sidx < num_splits:
                     _sts_f32(s_w + (gg * num_splits + sidx) * 4, lv[i] * inv)
             if lane == 0:
-                _stg_f32(lse_ptr + (row0 + Int64(gg)) * 4, lse)
+                if cutlass.const_expr(lse_kind is None):
+                    _stg_f32(lse_ptr + (row0 + Int64(gg)) * 4, lse)
+                else:
+                    _store_kind(lse_ptr, row0 + Int64(gg), lse, lse_kind)
         _cp_wait(0)
         cute.arch.sync_threads()
         _trace(counter_ptr, cta, 8, tidx)
@@ -2351,6 +2448,14 @@ def _prefetch_l2(addr):
 
 def _fence_acq_rel_gpu():
     _ptx("fence.acq_rel.gpu;", [], [])
+
+
+def _ld_relaxed_s32(addr):
+    return _ptx("ld.relaxed.gpu.global.s32 {$w0}, [{$r0}];", [Int32], [addr])
+
+
+def _nanosleep(ns: int):
+    _ptx(f"nanosleep.u32 {ns};", [], [])
 
 
 def _atom_add_s32(addr, val: int):

@@ -46,23 +46,25 @@ def test_prebuilt_manifest_lists_both_head_dims(monkeypatch):
 
 def test_prebuilt_bundle_has_every_op_per_head_dim(monkeypatch):
     """decode (GQA > 4), decode_pair (GQA <= 4: two chunks per softmax pass), their any-page
-    builds and merge, for both head dims, under the names the loader looks up; decode_pair
-    and the any-page builds have decode's C ABI."""
+    builds and merge, for both head dims, under the names the loader looks up; decode_pair,
+    the any-page builds and the merge-CTA build have decode's C ABI."""
     monkeypatch.delenv("OSCAR_CUTE_BUNDLE", raising=False)
     kernels = _bundle.read_manifest()["kernels"]
     assert set(_bundle.OPS) == {"decode", "decode_pair", "merge", "decode_anypage",
-                                "decode_pair_anypage"}
+                                "decode_pair_anypage", "decode_pair_mc"}
     assert set(_bundle.CORE_OPS) == {"decode", "decode_pair", "merge"}
     for d in (64, 128):
-        for op in _bundle.OPS:
+        for op in set(_bundle.OPS) - {"decode_pair_mc"}:
             entry = kernels[_bundle.kernel_name(op, d)]
             assert (entry["op"], entry["head_dim"], entry["warps"]) == (op, d, 4)
-    # the wide build (8 warps per CTA) of both decode ops, head_dim 128 only
-    for op in ("decode", "decode_pair"):
+    # the wide build (8 warps per CTA) of both decode ops and the merge-CTA build (wide
+    # pair), head_dim 128 only
+    for op in ("decode", "decode_pair", "decode_pair_mc"):
         entry = kernels[_bundle.kernel_name(op, 128, 8)]
         assert (entry["op"], entry["head_dim"], entry["warps"]) == (op, 128, 8)
         assert _bundle.has_kernel(op, 128, 8) and not _bundle.has_kernel(op, 64, 8)
-    assert len(kernels) == 2 * len(_bundle.OPS) + 2
+    assert not _bundle.has_kernel("decode_pair_mc", 128, 4)
+    assert len(kernels) == 2 * (len(_bundle.OPS) - 1) + 3
     assert cute.decode_op(4) == "decode_pair" and cute.decode_op(5) == "decode"
     assert cute.decode_op(4, True) == "decode_pair_anypage"
     assert cute.decode_op(8, True) == "decode_anypage"
@@ -70,7 +72,7 @@ def test_prebuilt_bundle_has_every_op_per_head_dim(monkeypatch):
         assert cute.wide_available(4, 128) and cute.wide_available(8, 128)
         assert not cute.wide_available(4, 64)
     assert not cute.wide_available(4, 128, any_page=True)     # 4 warps only
-    for op in ("decode_pair", "decode_anypage", "decode_pair_anypage"):
+    for op in ("decode_pair", "decode_anypage", "decode_pair_anypage", "decode_pair_mc"):
         assert _bundle._ARGTYPES[op] == _bundle._ARGTYPES["decode"]
     assert cute.PAIR_MAX_GROUP == 4   # the pair kernel holds the heads in MMA columns 0-3
 
@@ -446,3 +448,33 @@ def test_ticket_buffers_a_capture_stream_takes_a_spare_zeroed_ahead(monkeypatch)
     big = cute._counters(dev, 5000)
     assert big.numel() == 5000 and any(a is t for t in cute._RETIRED)
     assert all(t.numel() >= 5000 for t in cute._SPARES[0])     # spares follow the size
+
+
+def test_merge_cta_plan():
+    """The merge-CTA build runs wide pair calls (GQA <= 4) with 2+ splits merged in the fused
+    tail when the split CTAs plus one merge CTA per (sequence, KV head) fit one wave of 2
+    CTAs per SM: qwen3-8b (8 KV heads) batch 1-4 at the plan's splits, not batch 8."""
+    from oscar_kernels import cute
+
+    for batch, splits in ((1, 16), (2, 8), (4, 4)):
+        assert cute.use_merge_ctas(8 * batch, splits, 132, 4)
+    assert not cute.use_merge_ctas(64, 4, 132, 4)        # batch 8: 320 CTAs
+    assert not cute.use_merge_ctas(8, 1, 132, 4)         # one split: nothing to merge
+    assert not cute.use_merge_ctas(8, 16, 132, 8)        # GQA 8: the decode build
+    assert not cute.use_merge_ctas(1, 40, 132, 4)        # 160 rows: the merge kernel
+
+
+def test_merge_ctas_forced_where_they_cannot_run_is_a_typed_error():
+    from oscar_kernels import Int2PagedKVCache
+    from oscar_kernels.errors import UnsupportedConfigError
+
+    spec = CacheSpec(num_kv_heads=1, head_dim=128, page_size=16)
+    cache = Int2PagedKVCache.allocate(spec, 4, 1, device="cpu")
+    table = [torch.tensor([0, 1], dtype=torch.int32), torch.tensor([0], dtype=torch.int32),
+             torch.tensor([5], dtype=torch.int32), torch.tensor([0], dtype=torch.int32)]
+    rot = torch.eye(128)[None]
+    for gqa, warps, splits in ((4, 4, 4), (8, 8, 4), (4, 8, 1)):
+        q = torch.randn(1, gqa, 128).to(torch.bfloat16)
+        with pytest.raises(UnsupportedConfigError, match="merge_ctas: the merge-CTA build"):
+            cute.decode_steps(q, cache, *table, rot, rot, 0.1, warps=warps, num_splits=splits,
+                              merge_ctas=True)

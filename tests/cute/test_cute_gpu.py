@@ -226,7 +226,50 @@ def test_cute_decode_any_page_num_splits(num_splits, gqa, page_size, layout):
     _splits_case(num_splits, layout, 4, 128, gqa, page_size)
 
 
-def _splits_case(num_splits, layout, warps, head_dim, gqa, page_size=16):
+@needs_sm90
+@pytest.mark.parametrize("gqa", [1, 4])
+@pytest.mark.parametrize("merge_ctas", [False, True])
+@pytest.mark.parametrize("num_splits", [2, 3, 16, 32])
+def test_cute_decode_merge_ctas(num_splits, merge_ctas, gqa):
+    """The wide pair build with and without merge CTAs (``decode_pair_mc``: one more CTA
+    per (sequence, KV head) polls the splits' count and merges; the splits only count),
+    2 to 32 splits (128 partial rows): the same results, the counters zero after every
+    call."""
+    _splits_case(num_splits, "HND", 8, 128, gqa, merge_ctas=merge_ctas)
+
+
+@needs_sm90
+def test_cute_decode_merge_ctas_cuda_graph():
+    """A graph replay of the merge-CTA build gives the eager result (the merge CTAs reset
+    their counters, so every replay starts clean)."""
+    from oscar_kernels import cute
+
+    dev = torch.device("cuda")
+    gen = torch.Generator().manual_seed(41)
+    spec = CacheSpec(num_kv_heads=2, head_dim=128, page_size=16, kv_layout="HND")
+    cache, table, rot, q = _fill(spec, [5000, 700, 1], gen, 4, dev)
+    rk, rv = rot.per_head(spec.num_kv_heads)
+    out = torch.empty_like(q)
+
+    def step():
+        cute.decode(q, cache, *table, rk, rv, spec.head_dim ** -0.5, out=out, warps=8,
+                    num_splits=6, merge_ctas=True)
+
+    step()
+    torch.cuda.synchronize()
+    want = out.clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for _ in range(3):
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, want)
+    assert all(int(t.abs().sum()) == 0 for t in cute._COUNTERS.values())
+
+
+def _splits_case(num_splits, layout, warps, head_dim, gqa, page_size=16, merge_ctas=None):
     from oscar_kernels import cute
     from oscar_kernels.errors import UnsupportedConfigError
 
@@ -244,7 +287,7 @@ def _splits_case(num_splits, layout, warps, head_dim, gqa, page_size=16):
     for _ in range(2):
         out = torch.full_like(q, float("nan"))
         got, lse = cute.decode(q, cache, *table, rk, rv, scale, out=out, num_splits=num_splits,
-                               warps=warps)
+                               warps=warps, merge_ctas=merge_ctas)
         torch.cuda.synchronize()
         assert all(int(t.abs().sum()) == 0 for t in cute._COUNTERS.values())
         got, lse = got.float().cpu(), lse.cpu()
