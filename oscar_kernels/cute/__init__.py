@@ -47,6 +47,9 @@ WIDE_MAX_ROWS = 64
 #: ... and, for the pair kernel, with the splits capped at WIDE_MAX_ROWS // group when the
 #: wide plan's tail would be longer, if that leaves at least this many CTAs per SM (see plan)
 CAPPED_MIN_FILL = 7 / 8
+#: Splits from which a single-wave wide pair call runs the merge-CTA build (see
+#: :func:`use_merge_ctas`): batch 1's capped plan (16 splits) gained, batch 2-3 did not.
+MERGE_CTA_MIN_SPLITS = 16
 HEAD_DIMS = (64, 128)
 #: A BF16 window chunk in INT2 chunks when the kernel balances its warps' ranges (warp w runs
 #: window chunks w, w + warps * num_splits, ..; its INT2 range is shorter by this much per
@@ -233,16 +236,20 @@ def plan(batch_size: int, num_kv_heads: int, num_sms: int, group: int, head_dim:
 
 def use_merge_ctas(rows: int, num_splits: int, num_sms: int, group: int) -> bool:
     """Whether a wide-build call with ``rows`` (sequence, KV head) pairs of ``num_splits``
-    splits runs the merge-CTA build (``decode_pair_mc``): GQA <= 4, more than one split
-    merged in the fused tail, and the split CTAs plus one merge CTA per pair in one wave
-    (qwen3-8b batch 1-4). A merge CTA waits for its pair's splits, which the split-major
-    grid dispatches before it; in one wave all are resident anyway.
+    splits runs the merge-CTA build (``decode_pair_mc``): GQA <= 4, at least
+    ``MERGE_CTA_MIN_SPLITS`` splits merged in the fused tail, and the split CTAs plus one
+    merge CTA per pair in one wave (a merge CTA waits for its pair's splits, which the
+    split-major grid dispatches before it; in one wave all are resident anyway). Measured
+    on an H200 (perf/results/2026-12-01_h200_s13_ab_mc_dde782e.txt, 3 rounds): qwen3-8b
+    batch 1 (16 splits) 1.1 / 0.5 / 0.4 / 0 us faster at 8K / 32K / 64K / 128K, batch 2-3
+    (8 and 5 splits) 0.2-0.6 us slower, batch 4 within noise; hence batch 1's plan only.
     ``OSCAR_CUTE_MERGE_CTAS=0|1`` overrides the choice (benchmarks)."""
     force = os.environ.get("OSCAR_CUTE_MERGE_CTAS")
     ok = (group <= PAIR_MAX_GROUP and 1 < num_splits and num_splits * group <= FUSED_TAIL_ROWS)
     if force is not None:
         return ok and force == "1"
-    return ok and rows * (num_splits + 1) <= (SM_WARPS // 8) * num_sms
+    return (ok and num_splits >= MERGE_CTA_MIN_SPLITS
+            and rows * (num_splits + 1) <= (SM_WARPS // 8) * num_sms)
 
 
 def decode_op(group: int, any_page: bool = False) -> str:

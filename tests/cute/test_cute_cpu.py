@@ -450,18 +450,24 @@ def test_ticket_buffers_a_capture_stream_takes_a_spare_zeroed_ahead(monkeypatch)
     assert all(t.numel() >= 5000 for t in cute._SPARES[0])     # spares follow the size
 
 
-def test_merge_cta_plan():
-    """The merge-CTA build runs wide pair calls (GQA <= 4) with 2+ splits merged in the fused
-    tail when the split CTAs plus one merge CTA per (sequence, KV head) fit one wave of 2
-    CTAs per SM: qwen3-8b (8 KV heads) batch 1-4 at the plan's splits, not batch 8."""
+def test_merge_cta_plan(monkeypatch):
+    """The merge-CTA build runs wide pair calls (GQA <= 4) with MERGE_CTA_MIN_SPLITS+ splits
+    merged in the fused tail when the split CTAs plus one merge CTA per (sequence, KV head)
+    fit one wave of 2 CTAs per SM: qwen3-8b (8 KV heads) batch 1 at the plan's 16 splits;
+    OSCAR_CUTE_MERGE_CTAS=1 wherever it can run, =0 never."""
     from oscar_kernels import cute
 
-    for batch, splits in ((1, 16), (2, 8), (4, 4)):
-        assert cute.use_merge_ctas(8 * batch, splits, 132, 4)
-    assert not cute.use_merge_ctas(64, 4, 132, 4)        # batch 8: 320 CTAs
-    assert not cute.use_merge_ctas(8, 1, 132, 4)         # one split: nothing to merge
+    monkeypatch.delenv("OSCAR_CUTE_MERGE_CTAS", raising=False)
+    assert cute.plan(1, 8, 132, 4, 128, True) == (8, 16)
+    assert cute.use_merge_ctas(8, 16, 132, 4)
+    assert not cute.use_merge_ctas(16, 8, 132, 4)        # batch 2: 8 splits
+    assert not cute.use_merge_ctas(8, 16, 60, 4)         # 136 CTAs > 2 per SM x 60 SMs
     assert not cute.use_merge_ctas(8, 16, 132, 8)        # GQA 8: the decode build
     assert not cute.use_merge_ctas(1, 40, 132, 4)        # 160 rows: the merge kernel
+    monkeypatch.setenv("OSCAR_CUTE_MERGE_CTAS", "1")
+    assert cute.use_merge_ctas(64, 4, 132, 4) and not cute.use_merge_ctas(8, 1, 132, 4)
+    monkeypatch.setenv("OSCAR_CUTE_MERGE_CTAS", "0")
+    assert not cute.use_merge_ctas(8, 16, 132, 4)
 
 
 def test_merge_ctas_forced_where_they_cannot_run_is_a_typed_error():
