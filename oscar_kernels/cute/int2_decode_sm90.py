@@ -324,8 +324,19 @@ gave ``decode`` one running-max update per chunk pair (history above). Each warp
 wide build owns one M tile of the query / output rotations (``d / (16 * warps)``), which is
 why head_dim 64 (4 M tiles) has no wide build.
 
-Resource usage (cuobjdump of the bundle's cubins, ``perf/sass_report.py``, session 12:
-perf/results/2026-11-30_sass_report_s12_final.txt): every decode kernel 128 registers per
+Merge CTAs (session 13, the separate build ``decode_pair_mc``: ``merge_ctas`` in the
+config, the wide pair kernel otherwise): one more CTA per (sequence, KV head), the grid's
+last split slice, runs the merge tail once dry while the splits run (its code into the SM's
+instruction cache, ``R_V``'s operand into L2), polls the count the split CTAs leave (fence +
+atomic; they never merge) and merges. The host runs it for qwen3-8b batch 1's plan (16
+splits, all CTAs in one wave): 0.5-0.8 us faster at 8K-32K, not at 128K. Built into the
+shared wide pair build instead, the same role moved every shape's code (uniform block
+indices lost, or main-loop spills) by about what it saved
+(perf/results/2026-12-01_h200_s13_ab_mergers*.txt), hence a build of its own.
+
+Resource usage (cuobjdump of the bundle's cubins, ``perf/sass_report.py``, session 13:
+perf/results/2026-12-01_sass_report_s13.txt; every kernel but the merge-CTA build
+cubin-identical to session 12's): every decode kernel 128 registers per
 thread (``decode`` D=64 124); the 4-warp builds have no stack and no spills (session 7's
 builds had 24-40 B stacks: decode_pair D=128 two LDLs in the main loop off its fast path,
 decode D=128 one LDL per two chunks on it; earlier builds up to 72 B), the wide builds small
@@ -340,7 +351,8 @@ CTA output rotation), decode_pair_w8 40 LDGSTS (64-row tail blocks), decode_w8 3
 UTMALDG (see "No TMA" above). Fast path per chunk: decode_pair D=128 149.5 SASS, decode
 D=128 175.5 (178.5 in session 11: the CTA output rotation moved ptxas's allocation, a
 3-SASS gain by chance), D=64 113.5 / 131; wide builds 149.5 / 176.5 (listings identical to
-session 11's); merge kernels 62 / 52 registers.
+session 11's); the merge-CTA build 147.0 (its split CTAs carry no merge tail; 8 B stack,
+1 STL outside the loop); merge kernels 62 / 52 registers.
 
 Debug builds: ``OSCAR_CUTE_DEBUG`` (read at import, so set it for ``aot build``) compiles in
 phase skips (timing only) or the %globaltimer trace; unset, the kernels are byte-identical
