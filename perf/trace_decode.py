@@ -20,6 +20,11 @@ CUDA-graph replay of the call (``--eager``: the call launched directly, and
 ``--write-flush``: L2 flushed by writing the buffer, which leaves it full of dirty lines the
 call then has to evict -- how this script ran before session 11; its kernel times were up
 to 2 us longer at batch 1 than the graph replays of the same call).
+
+The merge-CTA build (qwen3-8b batch 1's plan since session 13) has no slots for its merge
+CTAs: their merge-tail stamps (8-10) land in the slot of the last split of their sequence
+and KV head, and no split CTA merges; set ``OSCAR_CUTE_MERGE_CTAS=0`` to trace the
+fused-tail path there.
 """
 
 from __future__ import annotations

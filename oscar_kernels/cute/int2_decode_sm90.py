@@ -1438,6 +1438,7 @@ class Int2PagedDecodeSm90:
             if tidx == 0:
                 _fence_acq_rel_gpu()
                 _atom_add_s32(counter_ptr + (Int64(b) * Int64(num_kv_heads) + Int64(h)) * 4, 1)
+            _trace(counter_ptr, cta, 5, tidx)
         else:
             self._ticket(opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, counter_ptr, s_x,
                          cbase, b, h, cta, group, num_kv_heads, num_qo_heads, num_splits,
