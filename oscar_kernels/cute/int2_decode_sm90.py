@@ -853,7 +853,7 @@ class Int2PagedDecodeSm90:
                              counter_ptr, num_kv_heads, group, num_splits, rv_stride, o_kind,
                              o_stride_b, o_stride_h)
             else:
-                self._work(*args, split, h, b)
+                self._work(args, split, h, b)
         else:
             split, h, b = cute.arch.block_idx()
             if cutlass.const_expr(self.ranked):
@@ -861,21 +861,18 @@ class Int2PagedDecodeSm90:
                 # sequence, split), so a sequence's splits span dispatch ranks (weights below)
                 if num_splits <= RANK_MAX_SPLITS:
                     h, b, split = cute.arch.block_idx()
-            self._work(*args, split, h, b)
+            self._work(args, split, h, b)
 
     @cute.jit
-    def _work(self, q_ptr: Int64, kc_ptr: Int64, kp_ptr: Int64, vc_ptr: Int64, vp_ptr: Int64,
-              kw_ptr: Int64, vw_ptr: Int64, indptr_ptr: Int64, indices_ptr: Int64,
-              last_ptr: Int64, slots_ptr: Int64, opart_ptr: Int64, lse_ptr_part: Int64,
-              rk_ptr: Int64, rv_ptr: Int64, o_ptr: Int64, lse_ptr: Int64, counter_ptr: Int64,
-              num_kv_heads: Int32, group: Int32, page_size: Int32, stride_page: Int32,
-              stride_slot: Int32, stride_head: Int32, sink: Int32, recent: Int32,
-              num_splits: Int32, rk_stride: Int32, rv_stride: Int32, q_kind: Int32,
-              q_stride_b: Int32, q_stride_h: Int32, o_kind: Int32, o_stride_b: Int32,
-              o_stride_h: Int32, scale_log2: Float32, split: Int32, h: Int32, b: Int32):
+    def _work(self, args, split, h, b):
         """The CTA of split ``split`` of (sequence ``b``, KV head ``h``): attention over its
         share, the combine of its warps, the ticket (and the merge tail when it draws the
-        last one, except in the merge-CTA build)."""
+        last one, except in the merge-CTA build). ``args``: the kernel's arguments."""
+        (q_ptr, kc_ptr, kp_ptr, vc_ptr, vp_ptr, kw_ptr, vw_ptr, indptr_ptr, indices_ptr,
+         last_ptr, slots_ptr, opart_ptr, lse_ptr_part, rk_ptr, rv_ptr, o_ptr, lse_ptr,
+         counter_ptr, num_kv_heads, group, page_size, stride_page, stride_slot, stride_head,
+         sink, recent, num_splits, rk_stride, rv_stride, q_kind, q_stride_b, q_stride_h,
+         o_kind, o_stride_b, o_stride_h, scale_log2) = args
         d = self.d
         tidx, _, _ = cute.arch.thread_idx()
         # warp-uniform: what derives from it (split ranges, ring stages, page blocks) can live

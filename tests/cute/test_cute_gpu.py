@@ -255,18 +255,24 @@ def test_cute_decode_merge_ctas_cuda_graph():
         cute.decode(q, cache, *table, rk, rv, spec.head_dim ** -0.5, out=out, warps=8,
                     num_splits=6, merge_ctas=True)
 
+    _assert_graph_replays_match(step, out, 3)
+    assert all(int(t.abs().sum()) == 0 for t in cute._COUNTERS.values())
+
+
+def _assert_graph_replays_match(step, out, replays=1):
+    """``step`` (which writes ``out``) run eagerly, then captured in a CUDA graph: every
+    replay writes the eager result again (``out`` poisoned with NaN before each)."""
     step()
     torch.cuda.synchronize()
     want = out.clone()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         step()
-    for _ in range(3):
+    for _ in range(replays):
         out.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, want)
-    assert all(int(t.abs().sum()) == 0 for t in cute._COUNTERS.values())
 
 
 def _splits_case(num_splits, layout, warps, head_dim, gqa, page_size=16, merge_ctas=None):
@@ -355,16 +361,7 @@ def test_cute_decode_cuda_graph(page_size):
         ops.paged_decode_attention(q, cache, *table, rot, out=out, backend="cute",
                                    check_bounds=False)
 
-    step()
-    torch.cuda.synchronize()
-    want = out.clone()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    out.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(out, want)
+    _assert_graph_replays_match(step, out)
 
 
 @needs_sm90
