@@ -234,30 +234,22 @@ def plan(batch_size: int, num_kv_heads: int, num_sms: int, group: int, head_dim:
     return 4, splits
 
 
-def merge_ctas_fit(batch_size: int, num_splits: int, group: int) -> bool:
-    """Whether the merge-CTA build can run a wide pair call: GQA <= 4, 2 or more splits
-    merged in the fused tail, and at most ``num_splits`` sequences (the grid's last sequence
-    slice holds the merge CTAs, one per (sequence, KV head), at split index = sequence)."""
-    return (group <= PAIR_MAX_GROUP and 1 < num_splits and num_splits * group <= FUSED_TAIL_ROWS
-            and batch_size <= num_splits)
-
-
-def use_merge_ctas(batch_size: int, num_kv_heads: int, num_splits: int, num_sms: int,
-                   group: int) -> bool:
-    """Whether a wide pair call runs the merge-CTA build (``decode_pair_mc``): where it fits
-    (:func:`merge_ctas_fit`), with at least ``MERGE_CTA_MIN_SPLITS`` splits, and when the
-    split CTAs plus the merge slice's CTAs are one wave (a merge CTA waits only for CTAs
-    the grid dispatches before it; in one wave all are resident anyway). Measured
+def use_merge_ctas(rows: int, num_splits: int, num_sms: int, group: int) -> bool:
+    """Whether a wide-build call with ``rows`` (sequence, KV head) pairs of ``num_splits``
+    splits runs the merge-CTA build (``decode_pair_mc``): GQA <= 4, at least
+    ``MERGE_CTA_MIN_SPLITS`` splits merged in the fused tail, and the split CTAs plus one
+    merge CTA per pair in one wave (a merge CTA waits for its pair's splits, which the
+    split-major grid dispatches before it; in one wave all are resident anyway). Measured
     on an H200 (perf/results/2026-12-01_h200_s13_ab_mc_dde782e.txt, 3 rounds): qwen3-8b
     batch 1 (16 splits) 1.1 / 0.5 / 0.4 / 0 us faster at 8K / 32K / 64K / 128K, batch 2-3
     (8 and 5 splits) 0.2-0.6 us slower, batch 4 within noise; hence batch 1's plan only.
     ``OSCAR_CUTE_MERGE_CTAS=0|1`` overrides the choice (benchmarks)."""
     force = os.environ.get("OSCAR_CUTE_MERGE_CTAS")
-    ok = merge_ctas_fit(batch_size, num_splits, group)
+    ok = (group <= PAIR_MAX_GROUP and 1 < num_splits and num_splits * group <= FUSED_TAIL_ROWS)
     if force is not None:
         return ok and force == "1"
     return (ok and num_splits >= MERGE_CTA_MIN_SPLITS
-            and (batch_size + 1) * num_kv_heads * num_splits <= (SM_WARPS // 8) * num_sms)
+            and rows * (num_splits + 1) <= (SM_WARPS // 8) * num_sms)
 
 
 def decode_op(group: int, any_page: bool = False) -> str:
@@ -343,15 +335,14 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
     op = decode_op(group, any_page)
     # single-wave shapes: one more CTA per (sequence, KV head) merges its splits
     # (Int2PagedDecodeSm90._merger); the same arguments
-    mc_ok = (warps == 8 and op == "decode_pair" and merge_ctas_fit(batch_size, num_splits, group)
+    mc_ok = (warps == 8 and op == "decode_pair" and 1 < num_splits and not use_merge
              and _bundle.has_kernel("decode_pair_mc", d, 8))
     if merge_ctas and not mc_ok:
         raise UnsupportedConfigError(
             "merge_ctas: the merge-CTA build runs GQA <= 4 with 8 warps, 2 or more splits "
-            "merged in the fused tail and at most as many sequences as splits, from a bundle "
-            f"that has it; got GQA {group}, {warps} warps, {num_splits} splits, batch "
-            f"{batch_size}")
-    if mc_ok and (use_merge_ctas(batch_size, h, num_splits,
+            f"merged in the fused tail, from a bundle that has it; got GQA {group}, {warps} "
+            f"warps, {num_splits} splits")
+    if mc_ok and (use_merge_ctas(batch_size * h, num_splits,
                                  torch.cuda.get_device_properties(dev).multi_processor_count,
                                  group) if merge_ctas is None else merge_ctas):
         op = "decode_pair_mc"

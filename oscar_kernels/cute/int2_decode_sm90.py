@@ -810,11 +810,8 @@ class Int2PagedDecodeSm90:
                  stream: cuda.CUstream):
         grid = [num_splits, num_kv_heads, batch_size]
         if cutlass.const_expr(self.merge_ctas):
-            # the splits' CTAs as in the other builds with more than RANK_MAX_SPLITS splits
-            # (split, head, sequence), and one more sequence slice, dispatched after all of
-            # them, whose CTA (s, h) is the merge CTA of sequence s and KV head h (s <
-            # batch_size <= num_splits; the rest of the slice exits at once)
-            grid = [num_splits, num_kv_heads, batch_size + 1]
+            # split-major, and a last split slice of merge CTAs (dispatched after every split)
+            grid = [num_kv_heads, batch_size, num_splits + 1]
         elif cutlass.const_expr(self.ranked):
             # split-major for few splits (see the kernel): (head, sequence, split)
             sm = num_splits <= RANK_MAX_SPLITS
@@ -850,18 +847,13 @@ class Int2PagedDecodeSm90:
                 stride_head, sink, recent, num_splits, rk_stride, rv_stride, q_kind,
                 q_stride_b, q_stride_h, o_kind, o_stride_b, o_stride_h, scale_log2)
         if cutlass.const_expr(self.merge_ctas):
-            split, h, b = cute.arch.block_idx()
-            batch_size = cute.arch.grid_dim()[2] - 1
-            # (the merge CTA's branch first and the split index marked warp-uniform: the
-            # order in which ptxas kept the split's main loop at 147.0 SASS per chunk
-            # without spills; the other orders spilled in it)
-            if b == batch_size:
-                if split < batch_size:
-                    self._merger(h, split, opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr,
-                                 counter_ptr, num_kv_heads, group, num_splits, rv_stride,
-                                 o_kind, o_stride_b, o_stride_h)
+            h, b, split = cute.arch.block_idx()
+            if split == num_splits:
+                self._merger(h, b, opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr,
+                             counter_ptr, num_kv_heads, group, num_splits, rv_stride, o_kind,
+                             o_stride_b, o_stride_h)
             else:
-                self._work(args, cute.arch.make_warp_uniform(split), h, b)
+                self._work(args, split, h, b)
         else:
             split, h, b = cute.arch.block_idx()
             if cutlass.const_expr(self.ranked):

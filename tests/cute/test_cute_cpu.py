@@ -452,25 +452,22 @@ def test_ticket_buffers_a_capture_stream_takes_a_spare_zeroed_ahead(monkeypatch)
 
 def test_merge_cta_plan(monkeypatch):
     """The merge-CTA build runs wide pair calls (GQA <= 4) with MERGE_CTA_MIN_SPLITS+ splits
-    merged in the fused tail and no more sequences than splits, when the split CTAs plus
-    the merge slice ((batch + 1) x KV heads x splits CTAs) fit one wave of 2 CTAs per SM:
-    qwen3-8b (8 KV heads) batch 1 at the plan's 16 splits. OSCAR_CUTE_MERGE_CTAS=1 runs it
-    wherever it fits, =0 never."""
+    merged in the fused tail when the split CTAs plus one merge CTA per (sequence, KV head)
+    fit one wave of 2 CTAs per SM: qwen3-8b (8 KV heads) batch 1 at the plan's 16 splits;
+    OSCAR_CUTE_MERGE_CTAS=1 wherever it can run, =0 never."""
     from oscar_kernels import cute
 
     monkeypatch.delenv("OSCAR_CUTE_MERGE_CTAS", raising=False)
     assert cute.plan(1, 8, 132, 4, 128, True) == (8, 16)
-    assert cute.use_merge_ctas(1, 8, 16, 132, 4)
-    assert not cute.use_merge_ctas(2, 8, 8, 132, 4)       # batch 2: 8 splits
-    assert not cute.use_merge_ctas(1, 8, 16, 60, 4)       # 256 CTAs > 2 per SM x 60 SMs
-    assert not cute.use_merge_ctas(1, 8, 16, 132, 8)      # GQA 8: the decode build
-    assert not cute.use_merge_ctas(1, 1, 40, 132, 4)      # 160 rows: the merge kernel
-    assert cute.merge_ctas_fit(4, 4, 4) and not cute.merge_ctas_fit(5, 4, 4)
+    assert cute.use_merge_ctas(8, 16, 132, 4)
+    assert not cute.use_merge_ctas(16, 8, 132, 4)        # batch 2: 8 splits
+    assert not cute.use_merge_ctas(8, 16, 60, 4)         # 136 CTAs > 2 per SM x 60 SMs
+    assert not cute.use_merge_ctas(8, 16, 132, 8)        # GQA 8: the decode build
+    assert not cute.use_merge_ctas(1, 40, 132, 4)        # 160 rows: the merge kernel
     monkeypatch.setenv("OSCAR_CUTE_MERGE_CTAS", "1")
-    assert cute.use_merge_ctas(8, 8, 8, 132, 4) and not cute.use_merge_ctas(1, 8, 1, 132, 4)
-    assert not cute.use_merge_ctas(8, 8, 4, 132, 4)       # more sequences than splits
+    assert cute.use_merge_ctas(64, 4, 132, 4) and not cute.use_merge_ctas(8, 1, 132, 4)
     monkeypatch.setenv("OSCAR_CUTE_MERGE_CTAS", "0")
-    assert not cute.use_merge_ctas(1, 8, 16, 132, 4)
+    assert not cute.use_merge_ctas(8, 16, 132, 4)
 
 
 def test_merge_ctas_forced_where_they_cannot_run_is_a_typed_error():
@@ -487,10 +484,3 @@ def test_merge_ctas_forced_where_they_cannot_run_is_a_typed_error():
         with pytest.raises(UnsupportedConfigError, match="merge_ctas: the merge-CTA build"):
             cute.decode_steps(q, cache, *table, rot, rot, 0.1, warps=warps, num_splits=splits,
                               merge_ctas=True)
-    # more sequences (4) than splits (3): the merge slice has one CTA per split index
-    table4 = [torch.arange(5, dtype=torch.int32), torch.arange(4, dtype=torch.int32),
-              torch.full((4,), 5, dtype=torch.int32), torch.zeros(4, dtype=torch.int32)]
-    q = torch.randn(4, 4, 128).to(torch.bfloat16)
-    with pytest.raises(UnsupportedConfigError, match="3 splits, batch 4"):
-        cute.decode_steps(q, cache, *table4, rot, rot, 0.1, warps=8, num_splits=3,
-                          merge_ctas=True)
