@@ -1645,7 +1645,8 @@ class Int2PagedDecodeSm90:
     def _merge_tail(self, opart_ptr, lsepart_ptr, rv_ptr, o_ptr, lse_ptr, cbase, b, h, group,
                     num_qo_heads, num_splits, rv_stride, o_kind, o_stride_b, o_stride_h, tidx,
                     warp, lane, counter_ptr, cta, lse_kind=None):
-        """Run by the last CTA of (sequence ``b``, KV head ``h``) when ``num_splits * group
+        """Run by the last CTA of (sequence ``b``, KV head ``h``) (in the merge-CTA build by
+        its merge CTA, :meth:`_merger`) when ``num_splits * group
         <= FUSED_TAIL_ROWS``: merge the partials of the group's heads
         (``w_s = 2^(lse2_s - max)``), apply ``R_V[h]^T`` on the tensor cores, store ``o`` in
         the output dtype and the natural-log lse. One memory round trip for up to
@@ -1657,7 +1658,9 @@ class Int2PagedDecodeSm90:
         o'^T``; prefetched into L2 at the kernel's start) are in flight with them; more
         rows take one more round trip per block. Shared memory (the free ring):
         lse2 / weights ``[rows]`` (row ``e = g * num_splits + s``), the merged ``o'``
-        ``[MAX_GROUP, d]``, a block of partial rows ``[self.tail_rows, d]``."""
+        ``[MAX_GROUP, d]``, a block of partial rows ``[self.tail_rows, d]``. ``lse_kind``
+        (the merge CTA's runs): store the lse through ``_store_kind`` with this kind (3: no
+        store, the dry run; its ``o_kind`` is 3 then too)."""
         d = self.d
         nrows = group * num_splits
         row0 = Int64(b) * Int64(num_qo_heads) + Int64(h * group)   # (b, first head) row
