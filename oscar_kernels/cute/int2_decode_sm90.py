@@ -1434,38 +1434,30 @@ class Int2PagedDecodeSm90:
             cute.arch.sync_threads()
             if tidx == 0:
                 _fence_acq_rel_gpu()
-                _atom_add_s32(counter_ptr + (Int64(b) * Int64(num_kv_heads) + Int64(h)) * 4, 1)
+                _atom_add_s32(_counter_addr(counter_ptr, b, h, num_kv_heads), 1)
             _trace(counter_ptr, cta, 5, tidx)
         else:
-            self._ticket(opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, counter_ptr, s_x,
-                         cbase, b, h, cta, group, num_kv_heads, num_qo_heads, num_splits,
-                         rv_stride, o_kind, o_stride_b, o_stride_h, tidx, warp, lane)
-
-    @cute.jit
-    def _ticket(self, opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, counter_ptr, s_x, cbase,
-                b, h, cta, group, num_kv_heads, num_qo_heads, num_splits, rv_stride, o_kind,
-                o_stride_b, o_stride_h, tidx, warp, lane):
-        # the cooperative-groups grid-barrier pattern: the CTA barrier orders every thread's
-        # partial stores before thread 0's gpu-scope fence + ticket (release), and thread
-        # 0's fence after the ticket before the barrier that the merging threads' loads
-        # follow (acquire)
-        cute.arch.sync_threads()
-        if tidx == 0:
-            if cutlass.const_expr("fence" not in _DEBUG):
-                _fence_acq_rel_gpu()
-            t = _atom_add_s32(counter_ptr + (Int64(b) * Int64(num_kv_heads) + Int64(h)) * 4, 1)
-            if cutlass.const_expr("fence" not in _DEBUG):
-                _fence_acq_rel_gpu()
-            _sts_i32(s_x, t)
-        cute.arch.sync_threads()
-        _trace(counter_ptr, cta, 5, tidx)
-        if _lds_b32(s_x) == num_splits - 1:
-            if cutlass.const_expr("merge" not in _DEBUG):
-                self._merge_tail(opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, cbase, b, h,
-                                 group, num_qo_heads, num_splits, rv_stride, o_kind,
-                                 o_stride_b, o_stride_h, tidx, warp, lane, counter_ptr, cta)
-            if tidx == 0:   # graph-safe: the counter is zero again for the next launch
-                _stg_s32(counter_ptr + (Int64(b) * Int64(num_kv_heads) + Int64(h)) * 4, 0)
+            # the cooperative-groups grid-barrier pattern: the CTA barrier orders every
+            # thread's partial stores before thread 0's gpu-scope fence + ticket (release),
+            # and thread 0's fence after the ticket before the barrier that the merging
+            # threads' loads follow (acquire)
+            cute.arch.sync_threads()
+            if tidx == 0:
+                if cutlass.const_expr("fence" not in _DEBUG):
+                    _fence_acq_rel_gpu()
+                t = _atom_add_s32(_counter_addr(counter_ptr, b, h, num_kv_heads), 1)
+                if cutlass.const_expr("fence" not in _DEBUG):
+                    _fence_acq_rel_gpu()
+                _sts_i32(s_x, t)
+            cute.arch.sync_threads()
+            _trace(counter_ptr, cta, 5, tidx)
+            if _lds_b32(s_x) == num_splits - 1:
+                if cutlass.const_expr("merge" not in _DEBUG):
+                    self._merge_tail(opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, cbase, b,
+                                     h, group, num_qo_heads, num_splits, rv_stride, o_kind,
+                                     o_stride_b, o_stride_h, tidx, warp, lane, counter_ptr, cta)
+                if tidx == 0:   # graph-safe: the counter is zero again for the next launch
+                    _stg_s32(_counter_addr(counter_ptr, b, h, num_kv_heads), 0)
 
     @cute.jit
     def _merger(self, h, b, opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, counter_ptr,
@@ -1481,7 +1473,7 @@ class Int2PagedDecodeSm90:
         warp = cute.arch.make_warp_uniform(tidx // 32)
         lane = tidx % 32
         smem = cute.arch.get_dyn_smem(cutlass.Int8, alignment=16).toint()
-        ctr = counter_ptr + (Int64(b) * Int64(num_kv_heads) + Int64(h)) * 4
+        ctr = _counter_addr(counter_ptr, b, h, num_kv_heads)
         cta = (b * num_kv_heads + h) * num_splits + num_splits - 1   # debug trace slot
         runs = cutlass.min(num_splits + 1, 2)     # 2, unknown to the compiler
         for it in cutlass.range(0, runs, 1, unroll=1):
@@ -2461,6 +2453,11 @@ def _prefetch_l2(addr):
 
 def _fence_acq_rel_gpu():
     _ptx("fence.acq_rel.gpu;", [], [])
+
+
+def _counter_addr(counter_ptr, b, h, num_kv_heads):
+    """Address of the ticket / count of (sequence ``b``, KV head ``h``)."""
+    return counter_ptr + (Int64(b) * Int64(num_kv_heads) + Int64(h)) * 4
 
 
 def _ld_relaxed_s32(addr):
