@@ -5,8 +5,10 @@
 (the Python that has ``nvidia-cutlass-dsl``, see docs/cute.md; ``cuobjdump`` from the CUDA
 toolkit or from triton's wheel). Per kernel: registers and stack (``cuobjdump
 -res-usage``), the instruction total, the counts the design relies on (IMMA / HMMA /
-LDSM / LDGSTS / UTMALDG, spills), and for the decode kernels the INT2 main loop: its
-length and the instructions one warp executes per 16-token chunk on the fast path.
+LDSM / LDGSTS / UTMALDG, spills), and for the decode kernels every loop that copies and
+multiplies (``mma_loops``: length and spills each; the merge-CTA build has two, its merge
+tail's and the INT2 loop) and the INT2 main loop (the shortest of them): its length and the
+instructions one warp executes per 16-token chunk on the fast path.
 
 The fast path is found by walking the loop body from its head: the first conditional
 branch that jumps far ahead (more than ``SPLIT_BYTES``: the masked-chunk path) is not
@@ -125,9 +127,16 @@ def report(cubin: str, cuobjdump: str, name: str, decode: bool) -> dict:
            "stack_bytes": int(stack.group(1)) if stack else None, "sass": len(instrs),
            **{op: ops[op] for op in KEY_OPS}}
     if decode:
+        index = {a: i for i, (a, _) in enumerate(instrs)}
+        # every loop that copies and multiplies: (SASS, spills) each
+        row["mma_loops"] = []
+        for lo, hi in loops(instrs):
+            body = instrs[index[lo]:index[hi] + 1]
+            bops = collections.Counter(opcode(x) for _, x in body)
+            if bops["LDGSTS"] and bops["HMMA"] + bops["IMMA"]:
+                row["mma_loops"].append((len(body), bops["STL"] + bops["LDL"]))
         loop = main_loop(instrs)
         if loop is not None:
-            index = {a: i for i, (a, _) in enumerate(instrs)}
             body = instrs[index[loop[0]]:index[loop[1]] + 1]
             fast = fast_path(instrs, *loop)
             fops = collections.Counter(opcode(x) for x in fast)

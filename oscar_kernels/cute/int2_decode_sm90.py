@@ -1173,40 +1173,14 @@ class Int2PagedDecodeSm90:
                 for u in cutlass.range_constexpr(2):   # the next pair's rows, a pair ahead
                     pg[2 * u], pg[2 * u + 1] = self._page_row_any(j + 2 + u, geo, lane)
             else:
-                if (j & 31) == 0:     # j is even: chunks j and j + 1 share a block
-                    pt[0] = self._chunk_row(pt[1], page_size, stride_page, stride_slot,
-                                            head_row, tok0, j + lane)
-                    pt[1] = self._chunk_page_id(indices_ptr, p_begin, npages, page_size, tok0,
-                                                j + 32 + lane)
-                for u in cutlass.range_constexpr(2):
-                    self._issue(j + u, n_mine,
-                                smem_warp + ((j + u) & (self.stages - 1)) * self.stage_bytes,
-                                pt[0], lc)
-                _cp_commit()
+                self._issue_block_pair(j, pt, n_mine, smem_warp, lc, indices_ptr, p_begin,
+                                       npages, page_size, stride_page, stride_slot, head_row,
+                                       tok0, lane)
             _cp_wait(self.stages // 2 - 1)
             _syncwarp()
             sbase = smem_warp + (i & (self.stages - 1)) * self.stage_bytes
-            pos0 = (ia + w_begin + i) * CHUNK
-            if cutlass.const_expr(self.hl):
-                if pos0 >= sink and pos0 + 2 * CHUNK <= end_w:
-                    self._int2_pair_hl(sbase, sbase + self.stage_bytes, pos0, sink, end_w, qa,
-                                       qh, acc, st, quad, g, p_st, p_ld, v_ld, False)
-                else:
-                    self._int2_pair_hl(sbase, sbase + self.stage_bytes, pos0, sink, end_w, qa,
-                                       qh, acc, st, quad, g, p_st, p_ld, v_ld, True)
-            elif cutlass.const_expr(self.pair):
-                if pos0 >= sink and pos0 + 2 * CHUNK <= end_w:
-                    self._int2_pair(sbase, sbase + self.stage_bytes, pos0, sink, end_w, qa, qh,
-                                    acc, st, scale_log2, quad, g, p_st, p_ld, v_ld, False)
-                else:
-                    self._int2_pair(sbase, sbase + self.stage_bytes, pos0, sink, end_w, qa, qh,
-                                    acc, st, scale_log2, quad, g, p_st, p_ld, v_ld, True)
-            elif pos0 >= sink and pos0 + 2 * CHUNK <= end_w:
-                self._int2_two_chunks(sbase, sbase + self.stage_bytes, pos0, sink, end_w, qa,
-                                      qh, acc, st, quad, g, p_st, p_ld, v_ld, False)
-            else:
-                self._int2_two_chunks(sbase, sbase + self.stage_bytes, pos0, sink, end_w, qa,
-                                      qh, acc, st, quad, g, p_st, p_ld, v_ld, True)
+            self._consume_pair(sbase, (ia + w_begin + i) * CHUNK, sink, end_w, qa, qh, acc, st,
+                               scale_log2, quad, g, p_st, p_ld, v_ld)
             _syncwarp()
         _cp_wait(0)
         _trace(counter_ptr, cta, 2, tidx)
@@ -1330,6 +1304,50 @@ class Int2PagedDecodeSm90:
         _trace(counter_ptr, cta, 6, tidx)
 
     # ------------------------------------------------------------- helpers
+    @cute.jit
+    def _issue_block_pair(self, j, pt, n_mine, smem_warp, lc, indices_ptr, p_begin, npages,
+                          page_size, stride_page, stride_slot, head_row, tok0, lane):
+        """Issue this warp's chunks ``j``, ``j + 1`` (``j`` even) from its 32-chunk row block
+        ``pt`` (refreshed, and the next block's page ids loaded, at a block start) and
+        commit them as one group."""
+        if (j & 31) == 0:     # j is even: chunks j and j + 1 share a block
+            pt[0] = self._chunk_row(pt[1], page_size, stride_page, stride_slot,
+                                    head_row, tok0, j + lane)
+            pt[1] = self._chunk_page_id(indices_ptr, p_begin, npages, page_size, tok0,
+                                        j + 32 + lane)
+        for u in cutlass.range_constexpr(2):
+            self._issue(j + u, n_mine,
+                        smem_warp + ((j + u) & (self.stages - 1)) * self.stage_bytes,
+                        pt[0], lc)
+        _cp_commit()
+
+    @cute.jit
+    def _consume_pair(self, sbase, pos0, sink, end, qa, qh, acc, st, scale_log2, quad, g,
+                      p_st, p_ld, v_ld):
+        """The two INT2 chunks at ring stage ``sbase`` (positions ``pos0`` ..), positions
+        outside ``[sink, end)`` masked (the path without masks when there are none)."""
+        sb = sbase + self.stage_bytes
+        if cutlass.const_expr(self.hl):
+            if pos0 >= sink and pos0 + 2 * CHUNK <= end:
+                self._int2_pair_hl(sbase, sb, pos0, sink, end, qa, qh, acc, st, quad, g, p_st,
+                                   p_ld, v_ld, False)
+            else:
+                self._int2_pair_hl(sbase, sb, pos0, sink, end, qa, qh, acc, st, quad, g, p_st,
+                                   p_ld, v_ld, True)
+        elif cutlass.const_expr(self.pair):
+            if pos0 >= sink and pos0 + 2 * CHUNK <= end:
+                self._int2_pair(sbase, sb, pos0, sink, end, qa, qh, acc, st, scale_log2, quad,
+                                g, p_st, p_ld, v_ld, False)
+            else:
+                self._int2_pair(sbase, sb, pos0, sink, end, qa, qh, acc, st, scale_log2, quad,
+                                g, p_st, p_ld, v_ld, True)
+        elif pos0 >= sink and pos0 + 2 * CHUNK <= end:
+            self._int2_two_chunks(sbase, sb, pos0, sink, end, qa, qh, acc, st, quad, g, p_st,
+                                  p_ld, v_ld, False)
+        else:
+            self._int2_two_chunks(sbase, sb, pos0, sink, end, qa, qh, acc, st, quad, g, p_st,
+                                  p_ld, v_ld, True)
+
     def _window_chunk(self, c, kw_ptr, vw_ptr, wslot, win_rows, num_kv_heads, h, sink,
                       recent, nsink, rstart, nwin, qa, qh, acc, st, scale_log2, quad, g, p_st,
                       p_ld):
