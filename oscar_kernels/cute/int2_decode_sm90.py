@@ -312,7 +312,10 @@ shape (b8-b32 and llama3-70b-tp8 2-4 % faster, qwen3-8b b128 2 % and b1 8K 40 % 
 splits x 4 heads go through the slow fused tail; since session 9 the wide build runs the
 single-wave shapes it wins, see ``oscar_kernels.cute.plan`` for the measurements and the
 shapes it lost); session 9: the split-major grid with 8-16 splits and rank weights on short
-ranges (above).
+ranges (above); session 14: a chunk pool among a sequence's splits (the last 1/8-1/64 of the
+INT2 chunks claimed in pairs with atomics by the warps that run out first, in a second loop:
+168.5 SASS per chunk there, the static loop 2-3 longer, and at batch 1 ~3 us of 128 warps'
+claims on one counter; balanced the SMs better but 1-20 % slower, docs/cute.md "Session 14").
 
 Session 9, the wide build (8 warps per CTA, 2 CTAs per SM, head_dim 128; 05e0397): in a
 single wave every CTA starts, rotates its query, combines its warps and stores its partials
