@@ -346,6 +346,7 @@ def int2_cell_size(*, num_kv_heads: int, head_dim: int, num_layers: int,
     >>> int2_cell_size(num_kv_heads=8, head_dim=128, num_layers=36, config=OscarConfig())
     43776
     """
+    _check_dims(num_kv_heads=num_kv_heads, head_dim=head_dim, num_layers=num_layers)
     spec = _spec(num_kv_heads, head_dim, config)
     window_row = spec.window_size * spec.bf16_bytes_per_token
     per_token = spec.int2_bytes_per_token + -(-window_row // config.tokens_per_request)

@@ -74,6 +74,9 @@ def test_byte_counts_match_the_allocation(gen):
     with pytest.raises(ValueError, match="num_layers: expected a positive int, got 0"):
         plugin.int2_sink_store_bytes(num_kv_heads=8, head_dim=128, num_layers=0,
                                      config=plugin.OscarConfig())
+    for fn in (plugin.int2_cell_size, plugin.int2_token_bytes, plugin.int2_window_slot_bytes):
+        with pytest.raises(ValueError, match="num_layers: expected a positive int, got 0"):
+            fn(num_kv_heads=8, head_dim=128, num_layers=0, config=plugin.OscarConfig())
     with pytest.raises(ValueError, match="page_size: expected a positive int, got 0"):
         plugin.int2_pool_pages(10, 0)
 
