@@ -314,8 +314,9 @@ single-wave shapes it wins, see ``oscar_kernels.cute.plan`` for the measurements
 shapes it lost); session 9: the split-major grid with 8-16 splits and rank weights on short
 ranges (above); session 14: a chunk pool among a sequence's splits (the last 1/8-1/64 of the
 INT2 chunks claimed in pairs with atomics by the warps that run out first, in a second loop:
-168.5 SASS per chunk there, the static loop 2-3 longer, and at batch 1 ~3 us of 128 warps'
-claims on one counter; balanced the SMs better but 1-20 % slower, docs/cute.md "Session 14").
+168.5 SASS per chunk there, the static loop 2-3 longer, and at batch 1 ~3 us, most likely
+that loop's cold code; balanced the SMs better but 2-8 % slower at batch 8-128, 13-20 % at
+batch 1, docs/cute.md "Session 14").
 
 Session 9, the wide build (8 warps per CTA, 2 CTAs per SM, head_dim 128; 05e0397): in a
 single wave every CTA starts, rotates its query, combines its warps and stores its partials
