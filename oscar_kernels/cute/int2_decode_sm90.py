@@ -1332,25 +1332,19 @@ class Int2PagedDecodeSm90:
         outside ``[sink, end)`` masked (the path without masks when there are none)."""
         sb = sbase + self.stage_bytes
         if cutlass.const_expr(self.hl):
-            if pos0 >= sink and pos0 + 2 * CHUNK <= end:
-                self._int2_pair_hl(sbase, sb, pos0, sink, end, qa, qh, acc, st, quad, g, p_st,
-                                   p_ld, v_ld, False)
-            else:
-                self._int2_pair_hl(sbase, sb, pos0, sink, end, qa, qh, acc, st, quad, g, p_st,
-                                   p_ld, v_ld, True)
+            run = self._int2_pair_hl
+            args = (sbase, sb, pos0, sink, end, qa, qh, acc, st, quad, g, p_st, p_ld, v_ld)
         elif cutlass.const_expr(self.pair):
-            if pos0 >= sink and pos0 + 2 * CHUNK <= end:
-                self._int2_pair(sbase, sb, pos0, sink, end, qa, qh, acc, st, scale_log2, quad,
-                                g, p_st, p_ld, v_ld, False)
-            else:
-                self._int2_pair(sbase, sb, pos0, sink, end, qa, qh, acc, st, scale_log2, quad,
-                                g, p_st, p_ld, v_ld, True)
-        elif pos0 >= sink and pos0 + 2 * CHUNK <= end:
-            self._int2_two_chunks(sbase, sb, pos0, sink, end, qa, qh, acc, st, quad, g, p_st,
-                                  p_ld, v_ld, False)
+            run = self._int2_pair
+            args = (sbase, sb, pos0, sink, end, qa, qh, acc, st, scale_log2, quad, g, p_st,
+                    p_ld, v_ld)
         else:
-            self._int2_two_chunks(sbase, sb, pos0, sink, end, qa, qh, acc, st, quad, g, p_st,
-                                  p_ld, v_ld, True)
+            run = self._int2_two_chunks
+            args = (sbase, sb, pos0, sink, end, qa, qh, acc, st, quad, g, p_st, p_ld, v_ld)
+        if pos0 >= sink and pos0 + 2 * CHUNK <= end:
+            run(*args, False)
+        else:
+            run(*args, True)
 
     def _window_chunk(self, c, kw_ptr, vw_ptr, wslot, win_rows, num_kv_heads, h, sink,
                       recent, nsink, rstart, nwin, qa, qh, acc, st, scale_log2, quad, g, p_st,
