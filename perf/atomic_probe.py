@@ -4,9 +4,10 @@ Session 14's chunk pool (docs/cute.md "Session 14") had every warp of a (sequenc
 head) claim pool pairs with ``atom.add`` on one counter near the end of its range: at
 qwen3-8b batch 1 that is 128 warps on each of 8 counters within ~2 us. This times the
 bare pattern with the harness of perf/bench_decode.py (CUDA-graph replay, cold L2,
-median): ``N`` one-warp programs, each one atomic add with its result stored (so it is a
-round trip, not a fire-and-forget reduction), on ``K`` counters (program ``p`` uses counter
-``p % K``, counters 128 B apart). ``K == N`` is the uncontended case; the difference to it
+median): ``N`` one-warp programs, each a chain of relaxed atomic adds (each one's address
+depends on the previous result, so they are round trips one after another, not
+fire-and-forget reductions), on ``K`` counters (program ``p`` uses counter ``p % K``,
+counters 128 B apart). ``K == N`` is the uncontended case; the difference to it
 is what the sharing costs the whole launch.
 
     PYTHONPATH=. python perf/atomic_probe.py --out perf/results/<date>_h200_atomic_probe_<c>.txt
@@ -32,8 +33,13 @@ def _claim(counters, out, K: tl.constexpr, ROUNDS: tl.constexpr):
     pid = tl.program_id(0)
     slot = counters + (pid % K) * 32        # 128-byte lines apart
     acc = 0
-    for _ in tl.static_range(ROUNDS):       # dependent claims, as a warp's claim sequence
-        acc += tl.atomic_add(slot, 1)
+    step = 0
+    for _ in tl.static_range(ROUNDS):
+        # relaxed, like the kernel's claims; each claim's address depends on the previous
+        # result (never negative, so always the same counter): a chain of round trips
+        v = tl.atomic_add(slot + step, 1, sem="relaxed")
+        step = tl.where(v < 0, 1, 0)
+        acc += v
     tl.store(out + pid, acc)
 
 
