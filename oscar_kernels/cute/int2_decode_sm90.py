@@ -410,6 +410,8 @@ NUM_INT_ARGS = 18
 MERGER_SLEEP_NS = 100
 #: Depth of each warp's cp.async ring (chunks in flight per warp), per head_dim.
 STAGES = {64: 8, 128: 8}
+if os.environ.get("OSCAR_CUTE_STAGES"):   # experiments only (read at import, like _DEBUG)
+    STAGES = {d: int(os.environ["OSCAR_CUTE_STAGES"]) for d in STAGES}
 assert all(s & (s - 1) == 0 for s in STAGES.values())   # ring index = chunk & (stages - 1)
 #: Debug builds only (read when the module is imported, so set it for ``aot build``): a
 #: comma-separated list of phases to leave out -- ``rot`` (query rotation), ``loop`` (INT2

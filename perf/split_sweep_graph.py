@@ -1,0 +1,78 @@
+"""CuTe decode plans (warps x splits, merge CTAs on / off) timed like the benchmark:
+CUDA-graph replay, cold L2, median, in alternating rounds, with each plan's output checked
+against the first plan's.
+
+    PYTHONPATH=. python perf/split_sweep_graph.py --model qwen3-8b --batch 1 \\
+        --context 65536 131072 --plans 8:16:mc 8:16 8:32:mc --rounds 3
+
+A plan is ``WARPS:SPLITS`` or ``WARPS:SPLITS:mc`` (the merge-CTA build forced on; without
+``:mc`` it is forced off for wide pair calls). ``auto`` is the shipped plan. Prints one line
+per round and plan (microseconds per context) and the largest |o - o_first| per plan.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import torch
+
+
+def main(argv=None) -> int:
+    from oscar_kernels import CacheSpec, LayerRotation, cute
+    from oscar_kernels.cute.bench import MODELS, make_cache
+    from perf.harness import env_header, time_cuda
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="qwen3-8b", choices=sorted(MODELS))
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--context", type=int, nargs="+", default=[65536])
+    ap.add_argument("--plans", nargs="+", default=["auto"])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rep", type=int, default=20)
+    a = ap.parse_args(argv)
+
+    dev = torch.device("cuda")
+    hq, h, d = MODELS[a.model]
+    spec = CacheSpec(num_kv_heads=h, head_dim=d, page_size=16, kv_layout="HND")
+    rk, rv = LayerRotation.hadamard(d).to(dev).per_head(h)
+    print("#", json.dumps(env_header(" ".join(["perf/split_sweep_graph.py"] + (argv or sys.argv[1:])))))
+
+    def kwargs(plan):
+        if plan == "auto":
+            return {}
+        parts = plan.split(":")
+        kw = {"warps": int(parts[0]), "num_splits": int(parts[1])}
+        if kw["warps"] == 8 and hq // h <= 4:   # wide pair calls: merge CTAs on or off
+            kw["merge_ctas"] = len(parts) > 2 and parts[2] == "mc"
+        return kw
+
+    cases = []
+    for n in a.context:
+        cache, table = make_cache(spec, a.batch, n, dev)
+        q = torch.randn(a.batch, hq, d, dtype=torch.bfloat16, device=dev)
+        outs = {}
+        for plan in a.plans:
+            out = torch.full_like(q, float("nan"))
+            cute.decode(q, cache, *table, rk, rv, d ** -0.5, out=out, **kwargs(plan))
+            outs[plan] = out
+        ref = outs[a.plans[0]].float()
+        for plan in a.plans:
+            err = (outs[plan].float() - ref).abs().max().item()
+            print(f"# {a.model} b{a.batch} {n // 1024}K {plan}: max|o - o[{a.plans[0]}]| = {err:.3g}")
+        cases.append((n, cache, table, q))
+    for r in range(a.rounds):
+        for plan in a.plans:
+            times = []
+            for n, cache, table, q in cases:
+                out = torch.empty_like(q)
+                kw = kwargs(plan)
+                fn = lambda: cute.decode(q, cache, *table, rk, rv, d ** -0.5, out=out, **kw)  # noqa
+                times.append(f"{n // 1024}K {1e3 * time_cuda(fn, warmup=5, rep=a.rep)['median_ms']:.1f}")
+            print(f"round {r} {a.model} b{a.batch} {plan}: " + " ".join(times), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
