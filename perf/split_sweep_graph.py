@@ -19,6 +19,22 @@ import sys
 import torch
 
 
+def plan_kwargs(plan: str, group: int) -> dict:
+    """``cute.decode`` overrides of a plan string: ``auto``, ``WARPS:SPLITS`` or
+    ``WARPS:SPLITS:mc`` (wide pair calls, GQA <= 4: the merge-CTA build forced on, else off)."""
+    if plan == "auto":
+        return {}
+    parts = plan.split(":")
+    if (len(parts) not in (2, 3) or not all(p.isdigit() for p in parts[:2])
+            or parts[2:] not in ([], ["mc"])):
+        raise ValueError(f"plan: expected 'auto', 'WARPS:SPLITS' or 'WARPS:SPLITS:mc', "
+                         f"got {plan!r}")
+    kw = {"warps": int(parts[0]), "num_splits": int(parts[1])}
+    if kw["warps"] == 8 and group <= 4:
+        kw["merge_ctas"] = parts[2:] == ["mc"]
+    return kw
+
+
 def main(argv=None) -> int:
     from oscar_kernels import CacheSpec, LayerRotation, cute
     from oscar_kernels.cute.bench import MODELS, make_cache
@@ -40,14 +56,10 @@ def main(argv=None) -> int:
     print("#", json.dumps(env_header(" ".join(["perf/split_sweep_graph.py"] + (argv or sys.argv[1:])))))
 
     def kwargs(plan):
-        if plan == "auto":
-            return {}
-        parts = plan.split(":")
-        kw = {"warps": int(parts[0]), "num_splits": int(parts[1])}
-        if kw["warps"] == 8 and hq // h <= 4:   # wide pair calls: merge CTAs on or off
-            kw["merge_ctas"] = len(parts) > 2 and parts[2] == "mc"
-        return kw
+        return plan_kwargs(plan, hq // h)
 
+    for plan in a.plans:
+        kwargs(plan)   # malformed plans fail before any GPU work
     cases = []
     for n in a.context:
         cache, table = make_cache(spec, a.batch, n, dev)

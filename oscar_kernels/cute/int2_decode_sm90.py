@@ -316,7 +316,9 @@ ranges (above); session 14: a chunk pool among a sequence's splits (the last 1/8
 INT2 chunks claimed in pairs with atomics by the warps that run out first, in a second loop:
 168.5 SASS per chunk there, the static loop 2-3 longer, and at batch 1 ~3 us, most likely
 that loop's cold code; balanced the SMs better but 2-8 % slower at batch 8-128, 13-20 % at
-batch 1, docs/cute.md "Session 14").
+batch 1, docs/cute.md "Session 14"); session 15: a 16-deep ring (``OSCAR_CUTE_STAGES``; batch
+1 10-13 % slower) and 24-32 wide splits at batch 1 (15-20 % slower; docs/cute.md
+"Session 15").
 
 Session 9, the wide build (8 warps per CTA, 2 CTAs per SM, head_dim 128; 05e0397): in a
 single wave every CTA starts, rotates its query, combines its warps and stores its partials
@@ -411,7 +413,10 @@ MERGER_SLEEP_NS = 100
 #: Depth of each warp's cp.async ring (chunks in flight per warp), per head_dim.
 STAGES = {64: 8, 128: 8}
 if os.environ.get("OSCAR_CUTE_STAGES"):   # experiments only (read at import, like _DEBUG)
-    STAGES = {d: int(os.environ["OSCAR_CUTE_STAGES"]) for d in STAGES}
+    _s = os.environ["OSCAR_CUTE_STAGES"]
+    if not (_s.isdigit() and int(_s) >= 4 and int(_s) & (int(_s) - 1) == 0):
+        raise ValueError(f"OSCAR_CUTE_STAGES: expected a power of two >= 4, got {_s!r}")
+    STAGES = {d: int(_s) for d in STAGES}
 assert all(s & (s - 1) == 0 for s in STAGES.values())   # ring index = chunk & (stages - 1)
 #: Debug builds only (read when the module is imported, so set it for ``aot build``): a
 #: comma-separated list of phases to leave out -- ``rot`` (query rotation), ``loop`` (INT2
