@@ -153,6 +153,22 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
         for k, name in enumerate(("tail: fence, first rows, weights", "tail: other rows, sums",
                                   "tail: o' B fragments", "tail: R_V^T, stores, ticket reset")):
             row[name] = _stats(edges[:, k + 1] - edges[:, k])
+    row["per CTA tail stamps us"] = [[None if x != x else round(float(x), 2) for x in r]
+                                     for r in mt]
+    if splits > 1 and not bool((tail > 0.3).any()):
+        # the merge-CTA build: no split merges; the merge CTA of (b, h) stamps 8-10 into
+        # the slot of split splits - 1. From the last split's count (the latest stamp 5 of
+        # the pair's splits) to the merge CTA's rows + weights, sums and o' fragments
+        last_count = t[:, 5].view(-1, splits).nan_to_num(float("-inf")).max(dim=1).values
+        mc = mt.view(-1, splits, 3)[:, splits - 1]
+        ok = ~torch.isnan(mc).any(dim=1)
+        if int(ok.sum()):
+            edges = torch.cat([last_count[ok, None], mc[ok]], dim=1)
+            for k, name in enumerate(("merge CTA: count seen, rows, weights",
+                                      "merge CTA: sums", "merge CTA: o' B fragments")):
+                row[name] = _stats(edges[:, k + 1] - edges[:, k])
+            row["merge CTA: last count"] = _stats(last_count[ok])
+            row["merge CTA: o' fragments done"] = _stats(mc[ok, 2])
     # per SM: mean INT2-loop time of its CTAs (equal work per CTA: the spread is the SMs')
     sm = (slots[:, 7] & 0xFFFFFFFF).long()
     loop = t[:, 2] - t[:, 1]
@@ -235,7 +251,7 @@ def main(argv=None) -> int:
                   f"splits, {row['ctas']} CTAs, call {row['event_us']:.1f} us (events; "
                   f"{'graph replay' if row['graph'] else 'eager'}, L2 flushed by a "
                   f"{'write' if row['write_flush'] else 'read'})")
-            tail_parts = [k for k in row if k.startswith("tail: ")]
+            tail_parts = [k for k in row if k.startswith(("tail: ", "merge CTA: "))]
             for k in (["start"] + [p[0] for p in PHASES] + ["merge tail (last CTA)"]
                       + tail_parts + ["end"]):
                 v = row[k]
