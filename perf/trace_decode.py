@@ -23,7 +23,8 @@ to 2 us longer at batch 1 than the graph replays of the same call).
 
 The merge-CTA build (qwen3-8b batch 1's plan since session 13) has no slots for its merge
 CTAs: their merge-tail stamps (8-10) land in the slot of the last split of their sequence
-and KV head, and no split CTA merges; set ``OSCAR_CUTE_MERGE_CTAS=0`` to trace the
+and KV head, and no split CTA merges; the "merge CTA:" rows then time them from the pair's
+last count (the latest stamp 5 of its splits). ``OSCAR_CUTE_MERGE_CTAS=0`` traces the
 fused-tail path there.
 """
 
@@ -140,6 +141,15 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
         row[name] = _stats(dt[~torch.isnan(dt)])
     tail = t[:, 6] - t[:, 5]
     merged = tail > 0.3                                  # the CTAs that ran the merge
+    # the merge-CTA build (decode's choice, replayed here): no split CTA merges
+    group = hq // h
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    merge_ctas = (warps == 8 and 1 < splits and group <= cute.PAIR_MAX_GROUP
+                  and splits * group <= cute.FUSED_TAIL_ROWS
+                  and cute.use_merge_ctas(batch_size * h, splits, sms, group))
+    row["merge CTAs"] = bool(merge_ctas)
+    if merge_ctas:
+        merged = torch.zeros_like(merged)
     row["merge tail (last CTA)"] = _stats(tail[merged & ~torch.isnan(tail)])
     row["end"] = _stats(t[:, 6])
     # inside the merge tail (stamps 8-10 of the CTAs that merged): first row block and the
@@ -148,14 +158,14 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
     mt = torch.where(slots16[:, 8:11] == 0, torch.full_like(mt, float("nan")), mt)
     mt = (mt - slots[:, 0].double().min()) / 1e3
     has = ~torch.isnan(mt[:, 0])
-    if int(has.sum()):
+    if int(has.sum()) and not merge_ctas:
         edges = torch.cat([t[has, 5:6], mt[has], t[has, 6:7]], dim=1)
         for k, name in enumerate(("tail: fence, first rows, weights", "tail: other rows, sums",
                                   "tail: o' B fragments", "tail: R_V^T, stores, ticket reset")):
             row[name] = _stats(edges[:, k + 1] - edges[:, k])
     row["per CTA tail stamps us"] = [[None if x != x else round(float(x), 2) for x in r]
                                      for r in mt]
-    if splits > 1 and not bool((tail > 0.3).any()):
+    if merge_ctas:
         # the merge-CTA build: no split merges; the merge CTA of (b, h) stamps 8-10 into
         # the slot of split splits - 1. From the last split's count (the latest stamp 5 of
         # the pair's splits) to the merge CTA's rows + weights, sums and o' fragments
