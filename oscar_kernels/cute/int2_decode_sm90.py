@@ -317,8 +317,8 @@ INT2 chunks claimed in pairs with atomics by the warps that run out first, in a 
 168.5 SASS per chunk there, the static loop 2-3 longer, and at batch 1 ~3 us, most likely
 that loop's cold code; balanced the SMs better but 2-8 % slower at batch 8-128, 13-20 % at
 batch 1, docs/cute.md "Session 14"); session 15: a 16-deep ring (``OSCAR_CUTE_STAGES``; batch
-1 10-13 % slower) and 24-32 wide splits at batch 1 (15-20 % slower; docs/cute.md
-"Session 15").
+1 10-13 % slower), 24-32 wide splits at batch 1 (15-20 % slower) and a merge CTA folding
+partials in as they arrive (3.4-4.2 us slower; docs/cute.md "Session 15").
 
 Session 9, the wide build (8 warps per CTA, 2 CTAs per SM, head_dim 128; 05e0397): in a
 single wave every CTA starts, rotates its query, combines its warps and stores its partials
