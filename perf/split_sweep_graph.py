@@ -18,6 +18,8 @@ import sys
 
 import torch
 
+from oscar_kernels.cute import PAIR_MAX_GROUP
+
 
 def plan_kwargs(plan: str, group: int) -> dict:
     """``cute.decode`` overrides of a plan string: ``auto``, ``WARPS:SPLITS`` or
@@ -30,7 +32,7 @@ def plan_kwargs(plan: str, group: int) -> dict:
         raise ValueError(f"plan: expected 'auto', 'WARPS:SPLITS' or 'WARPS:SPLITS:mc', "
                          f"got {plan!r}")
     kw = {"warps": int(parts[0]), "num_splits": int(parts[1])}
-    if kw["warps"] == 8 and group <= 4:
+    if kw["warps"] == 8 and group <= PAIR_MAX_GROUP:
         kw["merge_ctas"] = parts[2:] == ["mc"]
     return kw
 
@@ -53,13 +55,10 @@ def main(argv=None) -> int:
     hq, h, d = MODELS[a.model]
     spec = CacheSpec(num_kv_heads=h, head_dim=d, page_size=16, kv_layout="HND")
     rk, rv = LayerRotation.hadamard(d).to(dev).per_head(h)
-    print("#", json.dumps(env_header(" ".join(["perf/split_sweep_graph.py"] + (argv or sys.argv[1:])))))
+    command = " ".join(["perf/split_sweep_graph.py"] + (argv or sys.argv[1:]))
+    print("#", json.dumps(env_header(command)))
 
-    def kwargs(plan):
-        return plan_kwargs(plan, hq // h)
-
-    for plan in a.plans:
-        kwargs(plan)   # malformed plans fail before any GPU work
+    kwargs = {plan: plan_kwargs(plan, hq // h) for plan in a.plans}   # malformed: fail now
     cases = []
     for n in a.context:
         cache, table = make_cache(spec, a.batch, n, dev)
@@ -67,21 +66,23 @@ def main(argv=None) -> int:
         outs = {}
         for plan in a.plans:
             out = torch.full_like(q, float("nan"))
-            cute.decode(q, cache, *table, rk, rv, d ** -0.5, out=out, **kwargs(plan))
+            cute.decode(q, cache, *table, rk, rv, d ** -0.5, out=out, **kwargs[plan])
             outs[plan] = out
         ref = outs[a.plans[0]].float()
         for plan in a.plans:
             err = (outs[plan].float() - ref).abs().max().item()
-            print(f"# {a.model} b{a.batch} {n // 1024}K {plan}: max|o - o[{a.plans[0]}]| = {err:.3g}")
+            print(f"# {a.model} b{a.batch} {n // 1024}K {plan}: "
+                  f"max|o - o[{a.plans[0]}]| = {err:.3g}")
         cases.append((n, cache, table, q))
     for r in range(a.rounds):
         for plan in a.plans:
             times = []
             for n, cache, table, q in cases:
                 out = torch.empty_like(q)
-                kw = kwargs(plan)
+                kw = kwargs[plan]
                 fn = lambda: cute.decode(q, cache, *table, rk, rv, d ** -0.5, out=out, **kw)  # noqa
-                times.append(f"{n // 1024}K {1e3 * time_cuda(fn, warmup=5, rep=a.rep)['median_ms']:.1f}")
+                ms = time_cuda(fn, warmup=5, rep=a.rep)["median_ms"]
+                times.append(f"{n // 1024}K {1e3 * ms:.1f}")
             print(f"round {r} {a.model} b{a.batch} {plan}: " + " ".join(times), flush=True)
     return 0
 

@@ -141,12 +141,8 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
         row[name] = _stats(dt[~torch.isnan(dt)])
     tail = t[:, 6] - t[:, 5]
     merged = tail > 0.3                                  # the CTAs that ran the merge
-    # the merge-CTA build (decode's choice, replayed here): no split CTA merges
-    group = hq // h
-    sms = torch.cuda.get_device_properties(dev).multi_processor_count
-    merge_ctas = (warps == 8 and 1 < splits and group <= cute.PAIR_MAX_GROUP
-                  and splits * group <= cute.FUSED_TAIL_ROWS
-                  and cute.use_merge_ctas(batch_size * h, splits, sms, group))
+    # the merge-CTA build (decode's choice): no split CTA merges
+    merge_ctas = cute.launch_op(batch_size, h, hq // h, d, warps, splits, dev) == "decode_pair_mc"
     row["merge CTAs"] = bool(merge_ctas)
     if merge_ctas:
         merged = torch.zeros_like(merged)

@@ -252,6 +252,41 @@ def use_merge_ctas(rows: int, num_splits: int, num_sms: int, group: int) -> bool
             and rows * (num_splits + 1) <= (SM_WARPS // 8) * num_sms)
 
 
+def launch_op(batch_size: int, h: int, group: int, head_dim: int, warps: int,
+              num_splits: int, device, any_page: bool = False,
+              merge_ctas: bool | None = None) -> str:
+    """The bundle op a planned call on ``device`` launches: :func:`decode_op`, or
+    ``decode_pair_mc`` where the merge-CTA build runs (:func:`use_merge_ctas`, or forced by
+    ``merge_ctas``). Typed errors for what the builds cannot run."""
+    use_merge = num_splits * group > FUSED_TAIL_ROWS
+    if use_merge and warps == 8:
+        # its partials stay in the rotated space for the fused tail; the merge kernel takes
+        # partials in the model's space (4-warp builds apply R_V^T before storing them)
+        raise UnsupportedConfigError(
+            f"num_splits: the 8-warp build merges at most {FUSED_TAIL_ROWS} partial rows "
+            f"(num_splits x GQA ratio {group}) in its fused tail, got {num_splits} splits")
+    op = decode_op(group, any_page)
+    # single-wave shapes: one more CTA per (sequence, KV head) merges its splits
+    # (Int2PagedDecodeSm90._merger); the same arguments
+    mc_ok = (warps == 8 and op == "decode_pair" and 1 < num_splits and not use_merge
+             and _bundle.has_kernel("decode_pair_mc", head_dim, 8))
+    if merge_ctas and not mc_ok:
+        raise UnsupportedConfigError(
+            "merge_ctas: the merge-CTA build runs GQA <= 4 with 8 warps, 2 or more splits "
+            f"merged in the fused tail, from a bundle that has it; got GQA {group}, {warps} "
+            f"warps, {num_splits} splits")
+    if mc_ok and (use_merge_ctas(batch_size * h, num_splits, _num_sms(device), group)
+                  if merge_ctas is None else merge_ctas):
+        op = "decode_pair_mc"
+    return op
+
+
+def _num_sms(device) -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 def decode_op(group: int, any_page: bool = False) -> str:
     """The bundle op that runs a GQA ratio: ``decode_pair`` up to ``PAIR_MAX_GROUP``, else
     ``decode``; ``*_anypage`` for pages that are not a multiple of ``CHUNK`` tokens."""
@@ -316,7 +351,7 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
             f"warps: pages of {spec.page_size} tokens (not a multiple of {CHUNK}) run the "
             "any-page build, which has CTAs of 4 warps only; got 8")
     if warps is None or num_splits is None:
-        sms = torch.cuda.get_device_properties(dev).multi_processor_count
+        sms = _num_sms(dev)
         if warps is None:
             warps, planned = plan(batch_size, h, sms, group, d,
                                   wide_available(group, d, any_page))
@@ -325,27 +360,8 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
             if warps == 8:      # the wide build merges in its fused tail only (below)
                 planned = min(planned, max(1, FUSED_TAIL_ROWS // group))
         num_splits = planned if num_splits is None else num_splits
+    op = launch_op(batch_size, h, group, d, warps, num_splits, dev, any_page, merge_ctas)
     use_merge = num_splits * group > FUSED_TAIL_ROWS
-    if use_merge and warps == 8:
-        # its partials stay in the rotated space for the fused tail; the merge kernel takes
-        # partials in the model's space (4-warp builds apply R_V^T before storing them)
-        raise UnsupportedConfigError(
-            f"num_splits: the 8-warp build merges at most {FUSED_TAIL_ROWS} partial rows "
-            f"(num_splits x GQA ratio {group}) in its fused tail, got {num_splits} splits")
-    op = decode_op(group, any_page)
-    # single-wave shapes: one more CTA per (sequence, KV head) merges its splits
-    # (Int2PagedDecodeSm90._merger); the same arguments
-    mc_ok = (warps == 8 and op == "decode_pair" and 1 < num_splits and not use_merge
-             and _bundle.has_kernel("decode_pair_mc", d, 8))
-    if merge_ctas and not mc_ok:
-        raise UnsupportedConfigError(
-            "merge_ctas: the merge-CTA build runs GQA <= 4 with 8 warps, 2 or more splits "
-            f"merged in the fused tail, from a bundle that has it; got GQA {group}, {warps} "
-            f"warps, {num_splits} splits")
-    if mc_ok and (use_merge_ctas(batch_size * h, num_splits,
-                                 torch.cuda.get_device_properties(dev).multi_processor_count,
-                                 group) if merge_ctas is None else merge_ctas):
-        op = "decode_pair_mc"
     o_part = torch.empty(batch_size, num_qo_heads, num_splits, d, dtype=torch.float32, device=dev)
     lse_part = torch.empty(batch_size, num_qo_heads, num_splits, dtype=torch.float32, device=dev)
     lse = torch.empty(batch_size, num_qo_heads, dtype=torch.float32, device=dev)

@@ -484,3 +484,23 @@ def test_merge_ctas_forced_where_they_cannot_run_is_a_typed_error():
         with pytest.raises(UnsupportedConfigError, match="merge_ctas: the merge-CTA build"):
             cute.decode_steps(q, cache, *table, rot, rot, 0.1, warps=warps, num_splits=splits,
                               merge_ctas=True)
+
+
+def test_launch_op_names_the_build_a_call_runs():
+    """``launch_op`` (what ``decode_steps`` launches, and ``perf/trace_decode.py`` reads): the
+    op per GQA class and page size, the merge-CTA build when forced, typed errors; no device
+    query unless the merge-CTA choice is the plan's (GQA <= 4, 8 warps, 2+ splits)."""
+    from oscar_kernels.errors import UnsupportedConfigError
+
+    dev = torch.device("cuda", 0)    # never queried below
+    assert cute.launch_op(1, 1, 8, 128, 8, 4, dev) == "decode"
+    assert cute.launch_op(1, 1, 4, 128, 4, 40, dev) == "decode_pair"
+    assert cute.launch_op(1, 1, 4, 128, 8, 1, dev) == "decode_pair"
+    assert cute.launch_op(1, 1, 3, 64, 4, 3, dev, any_page=True) == "decode_pair_anypage"
+    assert cute.launch_op(1, 8, 4, 128, 8, 16, dev, merge_ctas=False) == "decode_pair"
+    if cute._bundle.has_kernel("decode_pair_mc", 128, 8):
+        assert cute.launch_op(1, 8, 4, 128, 8, 16, dev, merge_ctas=True) == "decode_pair_mc"
+    with pytest.raises(UnsupportedConfigError, match="num_splits: the 8-warp build merges"):
+        cute.launch_op(1, 1, 8, 128, 8, 17, dev)
+    with pytest.raises(UnsupportedConfigError, match="merge_ctas: the merge-CTA build"):
+        cute.launch_op(1, 1, 8, 128, 8, 4, dev, merge_ctas=True)
