@@ -1504,7 +1504,8 @@ class Int2PagedDecodeSm90:
             if real:
                 if tidx == 0:   # acquire: the splits' fence + count, then this fence
                     while _ld_relaxed_s32(ctr) < num_splits:
-                        _nanosleep(MERGER_SLEEP_NS)
+                        if cutlass.const_expr(MERGER_SLEEP_NS > 0):
+                            _nanosleep(MERGER_SLEEP_NS)
                     _fence_acq_rel_gpu()
                 cute.arch.sync_threads()
             self._merge_tail(opart_ptr, lse_ptr_part, rv_ptr, o_ptr, lse_ptr, smem, b, h,
