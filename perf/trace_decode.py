@@ -12,6 +12,11 @@ merge. Build a bundle with the trace stores first (they are compiled out otherwi
     OSCAR_CUTE_BUNDLE=/tmp/trace_bundle PYTHONPATH=. python perf/trace_decode.py \\
         --model qwen3-8b --batch 8 --context 8192 65536
 
+A bundle built with ``OSCAR_CUTE_DEBUG=trace,pro`` also stamps when each CTA's prologue
+loads arrived (geometry, first page id, ``R_K`` operand, q) and when its query rotation was
+done ("prologue:" rows, from the CTA's own start). ``--plan WARPS:SPLITS[:mc]`` traces
+another plan than the shipped one (as perf/split_sweep_graph.py).
+
 Timestamps have the timer's resolution (0.256 us on an H200); each phase prints min /
 median / p90 / max over CTAs in microseconds. The call is the fourth of four (warm code),
 each prepared as perf/harness.py's ``time_cuda`` prepares a timed repetition: the trace slots
@@ -39,6 +44,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
 
+# stamps 11-15 of OSCAR_CUTE_DEBUG=trace,pro builds, from the CTA's own start
+PROLOGUE = ("prologue: geometry in", "prologue: first page id in", "prologue: R_K operand in",
+            "prologue: q in", "prologue: rotation done")
 PHASES = [("rotation", 0, 1), ("int2 loop", 1, 2), ("window", 2, 3), ("combine", 3, 4),
           ("ticket", 4, 5)]
 
@@ -71,7 +79,7 @@ def sm_idle(end: torch.Tensor, sm: torch.Tensor) -> dict:
 
 
 def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
-               graph: bool = True, write_flush: bool = False) -> dict:
+               graph: bool = True, write_flush: bool = False, plan: str = "auto") -> dict:
     from oscar_kernels import CacheSpec, LayerRotation, cute, ops
     from oscar_kernels.cute.bench import MODELS, make_cache
     from oscar_kernels.cute import RANK_MAX_SPLITS, TRACE_OFFSET, TRACE_WARP_OFFSET
@@ -91,14 +99,21 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
     warps, splits = cute.plan(batch_size, h, torch.cuda.get_device_properties(dev)
                               .multi_processor_count, hq // h, d,
                               cute.wide_available(hq // h, d))
+    from split_sweep_graph import plan_kwargs
+    kw = plan_kwargs(plan, hq // h)        # "auto": the shipped plan (decode_steps' choice)
+    warps, splits = kw.get("warps", warps), kw.get("num_splits", splits)
+    rk, rv = rot.per_head(h)
     from harness import _flush_buffer, _flush_l2     # time_cuda's cold-L2 flush
     flush = _flush_buffer(dev)
     sink = torch.empty((), dtype=torch.float32, device=dev)
     ncta = batch_size * h * splits
 
     def call():
-        ops.paged_decode_attention(q, cache, *table, rot, out=out, backend="cute",
-                                   check_bounds=False)
+        if kw:
+            cute.decode(q, cache, *table, rk, rv, d ** -0.5, out=out, **kw)
+        else:
+            ops.paged_decode_attention(q, cache, *table, rot, out=out, backend="cute",
+                                       check_bounds=False)
     call()                       # allocates the ticket / trace buffers, fills caches
     torch.cuda.synchronize()
     run = call
@@ -132,8 +147,8 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
     t = slots[:, :7].double()
     t = torch.where(slots[:, :7] == 0, torch.full_like(t, float("nan")), t)
     t = (t - t[:, 0].min()) / 1e3                       # us since the first CTA started
-    row = {"model": model, "batch": batch_size, "context": context, "warps": warps,
-           "splits": splits, "graph": graph, "write_flush": write_flush,
+    row = {"model": model, "batch": batch_size, "context": context, "plan": plan,
+           "warps": warps, "splits": splits, "graph": graph, "write_flush": write_flush,
            "ctas": ncta, "event_us": start.elapsed_time(end) * 1e3,
            "start": _stats(t[:, 0])}
     for name, a, b in PHASES:
@@ -142,7 +157,8 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
     tail = t[:, 6] - t[:, 5]
     merged = tail > 0.3                                  # the CTAs that ran the merge
     # the merge-CTA build (decode's choice): no split CTA merges
-    merge_ctas = cute.launch_op(batch_size, h, hq // h, d, warps, splits, dev) == "decode_pair_mc"
+    merge_ctas = cute.launch_op(batch_size, h, hq // h, d, warps, splits, dev,
+                                merge_ctas=kw.get("merge_ctas")) == "decode_pair_mc"
     row["merge CTAs"] = bool(merge_ctas)
     if merge_ctas:
         merged = torch.zeros_like(merged)
@@ -175,6 +191,17 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
                 row[name] = _stats(edges[:, k + 1] - edges[:, k])
             row["merge CTA: last count"] = _stats(last_count[ok])
             row["merge CTA: o' fragments done"] = _stats(mc[ok, 2])
+    # OSCAR_CUTE_DEBUG=trace,pro builds: stamps 11-15, when the CTA's prologue loads had
+    # arrived (geometry, first page id, R_K operand, q) and its query rotation was done
+    pro = slots16[:, 11:16].double()
+    if int((pro[:, 0] != 0).sum()):
+        pro = torch.where(slots16[:, 11:16] == 0, torch.full_like(pro, float("nan")), pro)
+        pro = (pro - slots[:, 0:1].double()) / 1e3        # us since the CTA's own start
+        for k, name in enumerate(PROLOGUE):
+            v = pro[:, k]
+            row[name] = _stats(v[~torch.isnan(v)])
+        row["per CTA prologue stamps us"] = [[None if x != x else round(float(x), 2)
+                                              for x in r] for r in pro]
     # per SM: mean INT2-loop time of its CTAs (equal work per CTA: the spread is the SMs')
     sm = (slots[:, 7] & 0xFFFFFFFF).long()
     loop = t[:, 2] - t[:, 1]
@@ -198,7 +225,7 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
         busy = tw[..., 1] - tw[..., 0]                    # [cta, warp]
         row.update(warp_stats(tw[..., 1], busy, _dispatch_rank(
             batch_size, h, splits, warps, torch.cuda.get_device_properties(dev)
-            .multi_processor_count, RANK_MAX_SPLITS)))
+            .multi_processor_count, splits if merge_ctas else RANK_MAX_SPLITS)))
         row["per warp stamps us"] = [[[round(float(x), 2) for x in w] for w in c] for c in tw]
     return row
 
@@ -245,21 +272,24 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="also write the rows as JSON here")
     ap.add_argument("--eager", action="store_true", help="launch the call directly instead "
                     "of replaying a CUDA graph of it")
+    ap.add_argument("--plan", default="auto", help="WARPS:SPLITS or WARPS:SPLITS:mc "
+                    "(perf/split_sweep_graph.py's plans), 'auto' the shipped plan")
     ap.add_argument("--write-flush", action="store_true", help="flush L2 by writing the "
                     "flush buffer (dirty lines) instead of reading it")
     a = ap.parse_args(argv)
     rows = []
     for b in a.batch:
         for n in a.context:
-            row = trace_call(a.model, b, n, graph=not a.eager, write_flush=a.write_flush)
+            row = trace_call(a.model, b, n, graph=not a.eager, write_flush=a.write_flush,
+                             plan=a.plan)
             rows.append(row)
-            print(f"{a.model} batch {b} context {n}: {row['warps']} warps, {row['splits']} "
-                  f"splits, {row['ctas']} CTAs, call {row['event_us']:.1f} us (events; "
-                  f"{'graph replay' if row['graph'] else 'eager'}, L2 flushed by a "
+            print(f"{a.model} batch {b} context {n} (plan {a.plan}): {row['warps']} warps, "
+                  f"{row['splits']} splits, {row['ctas']} CTAs, call {row['event_us']:.1f} us "
+                  f"(events; {'graph replay' if row['graph'] else 'eager'}, L2 flushed by a "
                   f"{'write' if row['write_flush'] else 'read'})")
             tail_parts = [k for k in row if k.startswith(("tail: ", "merge CTA: "))]
-            for k in (["start"] + [p[0] for p in PHASES] + ["merge tail (last CTA)"]
-                      + tail_parts + ["end"]):
+            for k in (["start"] + [p for p in PROLOGUE if p in row] + [p[0] for p in PHASES]
+                      + ["merge tail (last CTA)"] + tail_parts + ["end"]):
                 v = row[k]
                 cols = ("min", "med", "p90", "max")
                 print(f"  {k:22s} " + ("  ".join(f"{s} {v[s]:7.2f}" for s in cols) if v else "-"))

@@ -428,6 +428,8 @@ assert all(s & (s - 1) == 0 for s in STAGES.values())   # ring index = chunk & (
 #: perf/trace_decode.py). Unset (the shipped bundle), the kernels are byte-identical to a
 #: build without these switches.
 _DEBUG = frozenset(x for x in os.environ.get("OSCAR_CUTE_DEBUG", "").split(",") if x)
+# trace,pro: stamps 11-15 of the CTA's prologue loads (perf/trace_decode.py --prologue)
+_PRO = "trace" in _DEBUG and "pro" in _DEBUG
 
 
 @dataclass(frozen=True)
@@ -920,6 +922,8 @@ class Int2PagedDecodeSm90:
         p_end = _ldg_s32(indptr_ptr + Int64(b + 1) * 4)
         last = _ldg_s32(last_ptr + Int64(b) * 4)
         wslot = _ldg_s32(slots_ptr + Int64(b) * 4)
+        if cutlass.const_expr(_PRO):
+            self._trace_dep(counter_ptr, cta, 11, tidx, p_end)
 
         # ---- q' = q @ R_K[h] for the group's heads (bf16, in shared memory) on the tensor
         # cores: operand and q loads first thing, the MMAs once the page ids are in flight
@@ -928,6 +932,9 @@ class Int2PagedDecodeSm90:
         if cutlass.const_expr("rot" not in _DEBUG):
             rot_af, rot_qx = self._rotation_loads(q_ptr, rk_ptr, b, h, group, rk_stride,
                                                   q_kind, q_stride_b, q_stride_h, tidx)
+            if cutlass.const_expr(_PRO):
+                self._trace_dep(counter_ptr, cta, 13, tidx, rot_af[0][0])
+                self._trace_dep(counter_ptr, cta, 14, tidx, _f32_bits(rot_qx[0]))
 
         # ---- sequence geometry
         npages = p_end - p_begin
@@ -1014,9 +1021,13 @@ class Int2PagedDecodeSm90:
                                         32 + lane)
             pt[0] = self._chunk_row(pid0, page_size, stride_page, stride_slot, head_row, tok0,
                                     lane)
+            if cutlass.const_expr(_PRO):
+                self._trace_dep(counter_ptr, cta, 12, tidx, pid0)
 
         if cutlass.const_expr("rot" not in _DEBUG):
             self._rotate_query(rot_af, rot_qx, s_x, s_q, group, tidx)
+        if cutlass.const_expr(_PRO):
+            _trace(counter_ptr, cta, 15, tidx)
         # ---- per-lane cp.async constants (see _issue)
         rb = self.row_bytes
         if cutlass.const_expr(rb == 32):
@@ -1315,6 +1326,15 @@ class Int2PagedDecodeSm90:
         _trace(counter_ptr, cta, 6, tidx)
 
     # ------------------------------------------------------------- helpers
+    @cute.jit
+    def _trace_dep(self, counter_ptr, cta, k: int, tidx, dep):
+        """Debug (``OSCAR_CUTE_DEBUG=trace,pro`` builds only): as :func:`_trace`, slot ``k``
+        (11-15: the prologue's loads), taken in a branch on ``dep`` (a value just loaded), so
+        the timer is read once that load has arrived."""
+        if cutlass.const_expr("trace" in _DEBUG and "pro" in _DEBUG):
+            if dep != Int32(0x7FC00001):
+                _trace(counter_ptr, cta, k, tidx)
+
     @cute.jit
     def _issue_block_pair(self, j, pt, n_mine, smem_warp, lc, indices_ptr, p_begin, npages,
                           page_size, stride_page, stride_slot, head_row, tok0, lane):
