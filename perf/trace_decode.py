@@ -14,8 +14,10 @@ merge. Build a bundle with the trace stores first (they are compiled out otherwi
 
 A bundle built with ``OSCAR_CUTE_DEBUG=trace,pro`` also stamps when each CTA's prologue
 loads arrived (geometry, first page id, ``R_K`` operand, q) and when its query rotation was
-done ("prologue:" rows, from the CTA's own start). ``--plan WARPS:SPLITS[:mc]`` traces
-another plan than the shipped one (as perf/split_sweep_graph.py).
+done ("prologue:" rows, from the CTA's own start); one built with ``trace,ramp`` (run with
+``--ramp``) when warp 0's INT2 chunks 0, 8, 16 and 24 had arrived ("ramp:" rows).
+``--plan WARPS:SPLITS[:mc]`` traces another plan than the shipped one (as
+perf/split_sweep_graph.py).
 
 Timestamps have the timer's resolution (0.256 us on an H200); each phase prints min /
 median / p90 / max over CTAs in microseconds. The call is the fourth of four (warm code),
@@ -47,6 +49,10 @@ import torch  # noqa: E402
 # stamps 11-15 of OSCAR_CUTE_DEBUG=trace,pro builds, from the CTA's own start
 PROLOGUE = ("prologue: geometry in", "prologue: first page id in", "prologue: R_K operand in",
             "prologue: q in", "prologue: rotation done")
+# ... or, in OSCAR_CUTE_DEBUG=trace,ramp builds, when warp 0's INT2 chunks 0 / 8 / 16 / 24
+# had arrived (its loop's waits)
+RAMP = ("ramp: warp 0 chunk 0 in", "ramp: chunk 8 in", "ramp: chunk 16 in",
+        "ramp: chunk 24 in", "ramp: (unused)")
 PHASES = [("rotation", 0, 1), ("int2 loop", 1, 2), ("window", 2, 3), ("combine", 3, 4),
           ("ticket", 4, 5)]
 
@@ -79,7 +85,8 @@ def sm_idle(end: torch.Tensor, sm: torch.Tensor) -> dict:
 
 
 def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
-               graph: bool = True, write_flush: bool = False, plan: str = "auto") -> dict:
+               graph: bool = True, write_flush: bool = False, plan: str = "auto",
+               ramp: bool = False) -> dict:
     from oscar_kernels import CacheSpec, LayerRotation, cute, ops
     from oscar_kernels.cute.bench import MODELS, make_cache
     from oscar_kernels.cute import RANK_MAX_SPLITS, TRACE_OFFSET, TRACE_WARP_OFFSET
@@ -197,7 +204,7 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
     if int((pro[:, 0] != 0).sum()):
         pro = torch.where(slots16[:, 11:16] == 0, torch.full_like(pro, float("nan")), pro)
         pro = (pro - slots[:, 0:1].double()) / 1e3        # us since the CTA's own start
-        for k, name in enumerate(PROLOGUE):
+        for k, name in enumerate(RAMP if ramp else PROLOGUE):
             v = pro[:, k]
             row[name] = _stats(v[~torch.isnan(v)])
         row["per CTA prologue stamps us"] = [[None if x != x else round(float(x), 2)
@@ -274,6 +281,8 @@ def main(argv=None) -> int:
                     "of replaying a CUDA graph of it")
     ap.add_argument("--plan", default="auto", help="WARPS:SPLITS or WARPS:SPLITS:mc "
                     "(perf/split_sweep_graph.py's plans), 'auto' the shipped plan")
+    ap.add_argument("--ramp", action="store_true", help="the bundle is an "
+                    "OSCAR_CUTE_DEBUG=trace,ramp build (stamps 11-14: warp 0's chunk arrivals)")
     ap.add_argument("--write-flush", action="store_true", help="flush L2 by writing the "
                     "flush buffer (dirty lines) instead of reading it")
     a = ap.parse_args(argv)
@@ -281,14 +290,15 @@ def main(argv=None) -> int:
     for b in a.batch:
         for n in a.context:
             row = trace_call(a.model, b, n, graph=not a.eager, write_flush=a.write_flush,
-                             plan=a.plan)
+                             plan=a.plan, ramp=a.ramp)
             rows.append(row)
             print(f"{a.model} batch {b} context {n} (plan {a.plan}): {row['warps']} warps, "
                   f"{row['splits']} splits, {row['ctas']} CTAs, call {row['event_us']:.1f} us "
                   f"(events; {'graph replay' if row['graph'] else 'eager'}, L2 flushed by a "
                   f"{'write' if row['write_flush'] else 'read'})")
             tail_parts = [k for k in row if k.startswith(("tail: ", "merge CTA: "))]
-            for k in (["start"] + [p for p in PROLOGUE if p in row] + [p[0] for p in PHASES]
+            for k in (["start"] + [p for p in PROLOGUE + RAMP if p in row]
+                      + [p[0] for p in PHASES]
                       + ["merge tail (last CTA)"] + tail_parts + ["end"]):
                 v = row[k]
                 cols = ("min", "med", "p90", "max")

@@ -425,11 +425,13 @@ assert all(s & (s - 1) == 0 for s in STAGES.values())   # ring index = chunk & (
 #: wrong: for timing what each phase adds), and/or
 #: ``trace``: thread 0 of every CTA stores %globaltimer at its phase boundaries into the
 #: ticket buffer (``OSCAR_CUTE_TRACE=1`` makes the host allocate room; read by
-#: perf/trace_decode.py). Unset (the shipped bundle), the kernels are byte-identical to a
-#: build without these switches.
+#: perf/trace_decode.py), with ``pro`` also when the CTA's prologue loads had arrived
+#: (stamps 11-15) or with ``ramp`` when warp 0's INT2 chunks 0, 8, 16 and 24 had (11-14;
+#: ``trace_decode.py --ramp``). Unset (the shipped bundle), the kernels are byte-identical
+#: to a build without these switches.
 _DEBUG = frozenset(x for x in os.environ.get("OSCAR_CUTE_DEBUG", "").split(",") if x)
-# trace,pro: stamps 11-15 of the CTA's prologue loads (perf/trace_decode.py --prologue)
 _PRO = "trace" in _DEBUG and "pro" in _DEBUG
+_RAMP = "trace" in _DEBUG and "ramp" in _DEBUG and not _PRO
 
 
 @dataclass(frozen=True)
@@ -793,16 +795,17 @@ class Int2PagedDecodeSm90:
         self.stage_bytes = 2 * CHUNK * self.row_bytes + 2 * CHUNK * 4
         self.stages = STAGES[d]
         self.combine_bytes = (MAX_GROUP + MAX_GROUP * d) * 4   # per warp: lse2[8], o[8][d]
-        self.ring_bytes = self.nw * self.stages * self.stage_bytes
-        # ring + q rows (float32) + q' (bf16)
-        self.smem_bytes = self.ring_bytes + MAX_GROUP * d * (4 + 2) + self.nw * 2 * P_TILE
-        assert self.nw * self.combine_bytes <= self.ring_bytes
         # partial rows per merge-tail round trip: the wide pair build stages 64 (qwen3-8b
         # batch 1: 16 splits x 4 heads in one; its main loop's SASS listing unchanged;
         # batch 2-3 0.3-1 us faster, ..._s12_ab_t64_68ef28d.txt)
         self.tail_rows = 64 if self.pair and self.nw == 8 else TAIL_ROWS
         merge_bytes = (32 * self.nw + MAX_GROUP * d + self.tail_rows * d) * 4
-        assert merge_bytes <= self.ring_bytes
+        # the ring's shared memory, reused by the combine and the merge tail (the ring alone
+        # at 8 stages; the larger of them with a shallower experiment ring)
+        self.ring_bytes = max(self.nw * self.stages * self.stage_bytes, merge_bytes,
+                              self.nw * self.combine_bytes)
+        # ring + q rows (float32) + q' (bf16)
+        self.smem_bytes = self.ring_bytes + MAX_GROUP * d * (4 + 2) + self.nw * 2 * P_TILE
         assert FUSED_TAIL_ROWS <= 32 * self.nw   # one lse partial per thread in the tail
 
     # ---------------------------------------------------------- channel maps
@@ -1200,6 +1203,12 @@ class Int2PagedDecodeSm90:
                                        tok0, lane)
             _cp_wait(self.stages // 2 - 1)
             _syncwarp()
+            if cutlass.const_expr(_RAMP):
+                # debug: warp 0's chunk pairs 0, 4, 8, 12 arrived (stamps 11-14)
+                if warp == 0:
+                    for k in cutlass.range_constexpr(4):
+                        if i == 8 * k:
+                            _trace(counter_ptr, cta, 11 + k, tidx)
             sbase = smem_warp + (i & (self.stages - 1)) * self.stage_bytes
             self._consume_pair(sbase, (ia + w_begin + i) * CHUNK, sink, end_w, qa, qh, acc, st,
                                scale_log2, quad, g, p_st, p_ld, v_ld)
