@@ -338,7 +338,14 @@ atomic; they never merge) and merges. The host runs it for qwen3-8b batch 1's pl
 splits, all CTAs in one wave): 0.5-0.8 us faster at 8K-32K, not at 128K. Built into the
 shared wide pair build instead, the same role moved every shape's code (uniform block
 indices lost, or main-loop spills) by about what it saved
-(perf/results/2026-12-01_h200_s13_ab_mergers*.txt), hence a build of its own.
+(perf/results/2026-12-01_h200_s13_ab_mergers*.txt), hence a build of its own. Since
+session 16 it has a 4-deep ring (``MC_STAGES``) and forms chunk 0's row after the query
+rotation, so the page-id load is in flight during the rotation: the traces showed batch 1's
+warps consuming a chunk every ~0.39 us with either ring depth (compute, not loads in
+flight), and the shallower prologue brings the first chunk in ~0.5 us sooner; qwen3-8b
+batch 1 0.5-1.4 us faster (32K 19.4-19.6 vs 20.8-21.0 us; the same reorder in every build
+left batch 8 unchanged and llama3-70b-tp8 up to 0.4 % slower, so only this build has it;
+perf/results/2026-12-02_h200_s16_ab_re_*.txt).
 
 Resource usage (cuobjdump of the bundle's cubins, ``perf/sass_report.py``, session 13:
 perf/results/2026-12-01_sass_report_s13.txt; every kernel but the merge-CTA build
@@ -357,8 +364,8 @@ CTA output rotation), decode_pair_w8 40 LDGSTS (64-row tail blocks), decode_w8 3
 UTMALDG (see "No TMA" above). Fast path per chunk: decode_pair D=128 149.5 SASS, decode
 D=128 175.5 (178.5 in session 11: the CTA output rotation moved ptxas's allocation, a
 3-SASS gain by chance), D=64 113.5 / 131; wide builds 149.5 / 176.5 (listings identical to
-session 11's); the merge-CTA build 147.0 (its split CTAs carry no merge tail; 8 B stack,
-1 STL outside the loop); merge kernels 62 / 52 registers.
+session 11's); the merge-CTA build 147.5 (its split CTAs carry no merge tail; 16 B stack,
+4 STL outside the loop; 147.0 with 8 B before session 16); merge kernels 62 / 52 registers.
 
 Debug builds: ``OSCAR_CUTE_DEBUG`` (read at import, so set it for ``aot build``) compiles in
 phase skips (timing only) or the %globaltimer trace; unset, the kernels are byte-identical
@@ -412,12 +419,16 @@ NUM_INT_ARGS = 18
 MERGER_SLEEP_NS = 100
 #: Depth of each warp's cp.async ring (chunks in flight per warp), per head_dim.
 STAGES = {64: 8, 128: 8}
+#: ... in the merge-CTA build (qwen3-8b batch 1)
+MC_STAGES = 4
 if os.environ.get("OSCAR_CUTE_STAGES"):   # experiments only (read at import, like _DEBUG)
     _s = os.environ["OSCAR_CUTE_STAGES"]
     if not (_s.isdigit() and int(_s) >= 4 and int(_s) & (int(_s) - 1) == 0):
         raise ValueError(f"OSCAR_CUTE_STAGES: expected a power of two >= 4, got {_s!r}")
     STAGES = {d: int(_s) for d in STAGES}
-assert all(s & (s - 1) == 0 for s in STAGES.values())   # ring index = chunk & (stages - 1)
+    MC_STAGES = int(_s)
+# the ring index is chunk & (stages - 1)
+assert all(s & (s - 1) == 0 for s in [*STAGES.values(), MC_STAGES])
 #: Debug builds only (read when the module is imported, so set it for ``aot build``): a
 #: comma-separated list of phases to leave out -- ``rot`` (query rotation), ``loop`` (INT2
 #: chunks), ``win`` (BF16 window chunks), ``tail`` (split merge), ``merge`` (the merge after
@@ -793,7 +804,7 @@ class Int2PagedDecodeSm90:
         self.out_rotation = self.nw == 4
         self.row_bytes = d // 4        # code bytes per token and head
         self.stage_bytes = 2 * CHUNK * self.row_bytes + 2 * CHUNK * 4
-        self.stages = STAGES[d]
+        self.stages = MC_STAGES if config.merge_ctas else STAGES[d]
         self.combine_bytes = (MAX_GROUP + MAX_GROUP * d) * 4   # per warp: lse2[8], o[8][d]
         # partial rows per merge-tail round trip: the wide pair build stages 64 (qwen3-8b
         # batch 1: 16 splits x 4 heads in one; its main loop's SASS listing unchanged;
@@ -1022,13 +1033,26 @@ class Int2PagedDecodeSm90:
             pid0 = self._chunk_page_id(indices_ptr, p_begin, npages, page_size, tok0, lane)
             pt[1] = self._chunk_page_id(indices_ptr, p_begin, npages, page_size, tok0,
                                         32 + lane)
-            pt[0] = self._chunk_row(pid0, page_size, stride_page, stride_slot, head_row, tok0,
-                                    lane)
-            if cutlass.const_expr(_PRO):
-                self._trace_dep(counter_ptr, cta, 12, tidx, pid0)
+            if cutlass.const_expr(self.merge_ctas):
+                # the merge-CTA build (batch 1): the page ids stay in flight during the query
+                # rotation, chunk 0's row is formed after it (pt[0] holds its page id until
+                # then; session 16: qwen3-8b batch 1 0.4-0.5 us faster; the other builds'
+                # llama3-70b-tp8 rows were up to 0.4 % slower that way)
+                pt[0] = pid0
+            else:
+                pt[0] = self._chunk_row(pid0, page_size, stride_page, stride_slot, head_row,
+                                        tok0, lane)
+                if cutlass.const_expr(_PRO):
+                    self._trace_dep(counter_ptr, cta, 12, tidx, pid0)
 
         if cutlass.const_expr("rot" not in _DEBUG):
             self._rotate_query(rot_af, rot_qx, s_x, s_q, group, tidx)
+        if cutlass.const_expr(self.merge_ctas and not self.any_page):
+            if n_mine > 0:
+                if cutlass.const_expr(_PRO):
+                    self._trace_dep(counter_ptr, cta, 12, tidx, pt[0])
+                pt[0] = self._chunk_row(pt[0], page_size, stride_page, stride_slot, head_row,
+                                        tok0, lane)
         if cutlass.const_expr(_PRO):
             _trace(counter_ptr, cta, 15, tidx)
         # ---- per-lane cp.async constants (see _issue)
