@@ -347,8 +347,8 @@ batch 1 0.5-1.4 us faster (32K 19.4-19.6 vs 20.8-21.0 us; the same reorder in ev
 left batch 8 unchanged and llama3-70b-tp8 up to 0.4 % slower, so only this build has it;
 perf/results/2026-12-02_h200_s16_ab_re_*.txt).
 
-Resource usage (cuobjdump of the bundle's cubins, ``perf/sass_report.py``, session 13:
-perf/results/2026-12-01_sass_report_s13.txt; every kernel but the merge-CTA build
+Resource usage (cuobjdump of the bundle's cubins, ``perf/sass_report.py``, session 16:
+perf/results/2026-12-02_sass_report_s16.txt; every kernel but the merge-CTA build
 cubin-identical to session 12's): every decode kernel 128 registers per
 thread (``decode`` D=64 124); the 4-warp builds have no stack and no spills (session 7's
 builds had 24-40 B stacks: decode_pair D=128 two LDLs in the main loop off its fast path,
