@@ -482,26 +482,42 @@ _SPARES: dict = {}
 _RETIRED: list = []
 #: spare ticket buffers kept per device
 SPARE_TICKET_BUFFERS = 2
+#: int32 words per arena of zeroed tickets for calls captured into CUDA graphs (4 MB)
+CAPTURE_ARENA_WORDS = 1 << 20
+#: device index -> [zeroed int32 arena, next free word]; each captured call takes its own
+#: slice, so no two graphs (nor a graph and eager calls) ever share tickets
+_ARENAS: dict = {}
 
 
 def _counters(dev, n: int):
     """Zeroed int32 tickets, one per (sequence, KV head), for the kernel's last-CTA merge.
 
-    Every launch leaves them zero again (the last CTA resets its ticket), so one buffer per
-    (device, stream) serves every call on that stream, CUDA graphs included. Calls that may
-    run concurrently must be on different streams.
+    Every launch leaves them zero again (the last CTA resets its ticket). Eager calls: one
+    buffer per (device, stream) serves every call on that stream; calls that may run
+    concurrently must be on different streams. A call captured into a CUDA graph gets
+    tickets of its own (:func:`_capture_tickets`), so graphs replayed concurrently on
+    different streams, or next to eager calls on the stream they were captured on, never
+    share them (a shared ticket would merge another call's partials, or leave a merge CTA
+    waiting for counts that never come).
 
-    A stream first seen while a graph is being captured on it (``torch.cuda.graph`` captures
-    on a stream of its own, so warm-up calls elsewhere do not give it a buffer) takes a
-    spare buffer zeroed ahead of time; a ``torch.zeros`` there would put a memset node into
-    the graph, which every replay pays (~1-2 us). A buffer that is replaced by a larger one
-    is kept alive, since a graph may hold its address.
+    A buffer that is replaced by a larger one is kept alive, since a graph may hold its
+    address. (Debug trace builds, ``OSCAR_CUTE_TRACE``, keep one buffer per stream for
+    captures too, where perf/trace_decode.py reads the stamps: a stream first seen while a
+    graph is being captured takes a spare buffer zeroed ahead of time, since a
+    ``torch.zeros`` there would put a memset node into the graph.)
     """
     import torch
 
     key = (dev.index if dev.index is not None else torch.cuda.current_device(),
            torch.cuda.current_stream(dev).cuda_stream)
+    if torch.cuda.is_current_stream_capturing() and not os.environ.get("OSCAR_CUTE_TRACE"):
+        return _capture_tickets(dev, key[0], n)
     with _COUNTERS_LOCK:
+        if key[0] not in _ARENAS and not torch.cuda.is_current_stream_capturing():
+            # zeroed ahead of the first capture (a torch.zeros while capturing would put a
+            # memset node into that graph)
+            _ARENAS[key[0]] = [torch.zeros(CAPTURE_ARENA_WORDS, dtype=torch.int32,
+                                           device=dev), 0]
         buf = _COUNTERS.get(key)
         if buf is None or buf.numel() < n:
             size = max(n, 4096)
@@ -523,6 +539,27 @@ def _counters(dev, n: int):
                 _RETIRED.append(buf)
             buf = _COUNTERS[key] = new
     return buf
+
+
+def _capture_tickets(dev, index: int, n: int):
+    """A zeroed slice of ``n`` tickets (128-byte aligned) for one call being captured into a
+    CUDA graph, never handed out again: the arena of device ``index`` zeroed ahead of time
+    by the first eager call (:func:`_counters`), or a new one zeroed here when it is used
+    up or missing (a memset node in the graph being captured; the old arena is kept alive,
+    graphs hold its addresses)."""
+    import torch
+
+    need = -(-max(n, 1) // 32) * 32
+    with _COUNTERS_LOCK:
+        arena = _ARENAS.get(index)
+        if arena is None or arena[1] + need > arena[0].numel():
+            if arena is not None:
+                _RETIRED.append(arena[0])
+            arena = _ARENAS[index] = [torch.zeros(max(CAPTURE_ARENA_WORDS, need),
+                                                  dtype=torch.int32, device=dev), 0]
+        start = arena[1]
+        arena[1] = start + need
+        return arena[0][start:start + n]
 
 
 def append(*_args, **_kwargs):

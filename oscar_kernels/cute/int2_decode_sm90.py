@@ -76,7 +76,9 @@ bundle holds 3 small libraries per head_dim plus the 2 wide decode builds at 128
   37 us with this kernel).
 
 Graph safety: ``num_splits`` depends on shapes only, never on lengths; no host
-synchronization; the tickets are a persistent zeroed buffer per (device, stream).
+synchronization; the tickets are a persistent zeroed buffer per (device, stream) for eager
+calls, and a zeroed slice of their own for every call captured into a CUDA graph (since
+session 16; graphs may then be replayed concurrently on different streams).
 
 Data movement: each warp is its own producer: ``cp.async`` (LDGSTS) of whole chunks (K and
 V codes 2 x 16 x D/4 bytes, 2 x 16 scale/zero pairs) into a private 8-stage shared-memory

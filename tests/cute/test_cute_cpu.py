@@ -412,10 +412,8 @@ def test_warp_ranges_partition_the_int2_chunks(nsw):
             assert max(work) - min(work) <= 1, (n_int2, n_win, work)
 
 
-def test_ticket_buffers_a_capture_stream_takes_a_spare_zeroed_ahead(monkeypatch):
-    """_counters: eager calls make the stream's buffer and zeroed spares; a stream first
-    seen while capturing takes a spare (no fill inside the graph); a replaced buffer is
-    kept alive (a graph may hold its address)."""
+def _ticket_state(monkeypatch):
+    """_counters' view of torch.cuda, driven by the returned dict (stream, capturing)."""
     state = {"stream": 1, "capturing": False}
 
     class S:
@@ -424,30 +422,62 @@ def test_ticket_buffers_a_capture_stream_takes_a_spare_zeroed_ahead(monkeypatch)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda dev=None: S(state["stream"]))
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing",
                         lambda: state["capturing"])
-    monkeypatch.setattr(cute, "_COUNTERS", {})
-    monkeypatch.setattr(cute, "_SPARES", {})
+    for name in ("_COUNTERS", "_SPARES", "_ARENAS"):
+        monkeypatch.setattr(cute, name, {})
     monkeypatch.setattr(cute, "_RETIRED", [])
     monkeypatch.delenv("OSCAR_CUTE_TRACE", raising=False)
+    return state
+
+
+def test_ticket_buffers_per_stream_and_private_per_captured_call(monkeypatch):
+    """_counters: eager calls share their stream's zeroed buffer (and zero a capture arena
+    ahead of time); every call captured into a graph gets its own zeroed, 128-byte aligned
+    slice, never handed out again, whatever the stream; a used-up arena is replaced (a new
+    zeroed one) and kept alive, as is a replaced stream buffer (graphs hold addresses)."""
+    state = _ticket_state(monkeypatch)
+    monkeypatch.setattr(cute, "CAPTURE_ARENA_WORDS", 512)
     dev = torch.device("cpu", 0)
     a = cute._counters(dev, 100)
     assert a.numel() == 4096 and int(a.abs().sum()) == 0
     assert cute._counters(dev, 100) is a                       # one buffer per stream
-    spares = list(cute._SPARES[0])
-    assert len(spares) == cute.SPARE_TICKET_BUFFERS
-    assert all(t.numel() >= 4096 and int(t.abs().sum()) == 0 for t in spares)
-    state.update(stream=2, capturing=True)                     # a fresh capture stream
+    arena = cute._ARENAS[0][0]
+    assert arena.numel() == 512 and int(arena.abs().sum()) == 0
+    state.update(capturing=True)                               # captured on the same stream
     b = cute._counters(dev, 100)
-    assert any(b is t for t in spares) and not any(b is t for t in cute._SPARES[0])
-    state.update(stream=3)                                     # spares used up: allocated
-    cute._counters(dev, 100)
-    c = cute._counters(dev, 100)
-    state.update(stream=4)
-    d = cute._counters(dev, 100)
-    assert c is not d and int(d.abs().sum()) == 0
+    c = cute._counters(dev, 300)
+    state.update(stream=2)                                     # ... and on another
+    d = cute._counters(dev, 1)
+    slices = [b, c, d]
+    assert [t.numel() for t in slices] == [100, 300, 1]
+    starts = [(t.data_ptr() - arena.data_ptr()) // 4 for t in slices]
+    assert starts == [0, 128, 448]                             # disjoint, 32-word aligned
+    assert all(t.untyped_storage().data_ptr() == arena.data_ptr() for t in slices)
+    assert all(int(t.abs().sum()) == 0 for t in slices) and a.data_ptr() != b.data_ptr()
+    e = cute._counters(dev, 100)                               # 480 + 128 > 512: new arena
+    assert e.data_ptr() == cute._ARENAS[0][0].data_ptr() != arena.data_ptr()
+    assert any(t is arena for t in cute._RETIRED) and int(e.abs().sum()) == 0
+    huge = cute._counters(dev, 5000)                           # larger than an arena
+    assert huge.numel() == 5000 and int(huge.abs().sum()) == 0
     state.update(stream=1, capturing=False)                    # larger: old one retired
     big = cute._counters(dev, 5000)
     assert big.numel() == 5000 and any(a is t for t in cute._RETIRED)
-    assert all(t.numel() >= 5000 for t in cute._SPARES[0])     # spares follow the size
+
+
+def test_ticket_buffers_trace_builds_keep_one_per_stream(monkeypatch):
+    """With OSCAR_CUTE_TRACE (debug trace builds, perf/trace_decode.py) captured calls use
+    their stream's buffer: a stream first seen while capturing takes a spare zeroed ahead
+    (no fill inside the graph)."""
+    state = _ticket_state(monkeypatch)
+    monkeypatch.setenv("OSCAR_CUTE_TRACE", "1")
+    dev = torch.device("cpu", 0)
+    a = cute._counters(dev, 100)
+    assert a.numel() == cute.TRACE_OFFSET // 4 + (1 << 22) and int(a.abs().sum()) == 0
+    spares = list(cute._SPARES[0])
+    assert len(spares) == cute.SPARE_TICKET_BUFFERS
+    state.update(stream=2, capturing=True)                     # a fresh capture stream
+    b = cute._counters(dev, 100)
+    assert any(b is t for t in spares) and not any(b is t for t in cute._SPARES[0])
+    assert cute._counters(dev, 100) is b                       # that stream's buffer now
 
 
 def test_merge_cta_plan(monkeypatch):

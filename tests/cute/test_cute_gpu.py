@@ -256,7 +256,63 @@ def test_cute_decode_merge_ctas_cuda_graph():
                     num_splits=6, merge_ctas=True)
 
     _assert_graph_replays_match(step, out, 3)
-    assert all(int(t.abs().sum()) == 0 for t in cute._COUNTERS.values())
+    tickets = list(cute._COUNTERS.values()) + [a[0] for a in cute._ARENAS.values()]
+    assert all(int(t.abs().sum()) == 0 for t in tickets)
+
+
+@needs_sm90
+@pytest.mark.parametrize("merge_ctas", [False, True])
+def test_cute_decode_graphs_replayed_concurrently(merge_ctas):
+    """Two graphs captured one after the other (torch.cuda.graph's one capture stream),
+    replayed at the same time on two streams while eager calls run on a third: every call
+    has tickets of its own, so each result is its eager one (a shared ticket would merge
+    another call's partials, or leave a merge CTA waiting). Then every ticket is zero."""
+    from oscar_kernels import cute
+
+    dev = torch.device("cuda")
+    gen = torch.Generator().manual_seed(43)
+    spec = CacheSpec(num_kv_heads=2, head_dim=128, page_size=16, kv_layout="HND")
+    cases = []
+    for lens in ([9000, 700, 1], [3000, 12000, 50]):
+        cache, table, rot, q = _fill(spec, lens, gen, 4, dev)
+        rk, rv = rot.per_head(spec.num_kv_heads)
+        cases.append((cache, table, rk, rv, q, torch.empty_like(q)))
+
+    def step(k, out=None):
+        cache, table, rk, rv, q, o = cases[k]
+        cute.decode(q, cache, *table, rk, rv, spec.head_dim ** -0.5,
+                    out=o if out is None else out, warps=8, num_splits=8,
+                    merge_ctas=merge_ctas)
+
+    want = []
+    for k in range(2):
+        step(k)
+        torch.cuda.synchronize()
+        want.append(cases[k][5].clone())
+    graphs = []
+    for k in range(2):
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            step(k)
+        graphs.append(g)
+    streams = [torch.cuda.Stream() for _ in range(3)]
+    eager_out = torch.empty_like(cases[0][4])
+    for _ in range(20):
+        for k in range(2):
+            cases[k][5].fill_(float("nan"))
+        eager_out.fill_(float("nan"))
+        torch.cuda.synchronize()
+        for k in range(2):
+            with torch.cuda.stream(streams[k]):
+                graphs[k].replay()
+        with torch.cuda.stream(streams[2]):
+            step(0, out=eager_out)
+        torch.cuda.synchronize()
+        for k in range(2):
+            assert torch.equal(cases[k][5], want[k])
+        assert torch.equal(eager_out, want[0])
+    tickets = list(cute._COUNTERS.values()) + [a[0] for a in cute._ARENAS.values()]
+    assert all(int(t.abs().sum()) == 0 for t in tickets)
 
 
 def _assert_graph_replays_match(step, out, replays=1):
