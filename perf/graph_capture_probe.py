@@ -1,13 +1,11 @@
-"""What a CUDA graph of one CuTe decode call costs with and without a ticket buffer ready
-for the capture stream.
+"""What a CUDA graph of one CuTe decode call costs with and without its tickets zeroed
+ahead of the capture.
 
-``perf/harness.py``'s ``time_cuda`` (like ``torch.cuda.graph`` users in general) warms up
-on other streams and captures on ``torch.cuda.graph``'s own stream; the decode's ticket
-buffer is per stream (``oscar_kernels.cute._counters``). Without a spare buffer zeroed ahead
-of time, the first call on the capture stream allocates one with ``torch.zeros`` *inside*
-the capture, and every replay runs that fill before the decode. This times the call both
-ways (``SPARE_TICKET_BUFFERS`` 0 vs the default), alternating rounds, and reports how many
-ticket buffers exist afterwards.
+A call captured into a graph takes its tickets from a per-device arena that the first eager
+call zeroed (``oscar_kernels.cute._capture_tickets``; since session 16, before that a spare
+per-stream buffer). Without one, the capture zeroes a new arena with ``torch.zeros``
+*inside* the graph, and every replay runs that fill before the decode. This times the call
+both ways (``fill``: the arena dropped before each capture), alternating rounds.
 
     PYTHONPATH=. python3 perf/graph_capture_probe.py --model qwen3-8b --batch 1 8 --context 65536
 """
@@ -38,7 +36,11 @@ def main(argv=None) -> int:
     dev = torch.device("cuda")
     spec = CacheSpec(num_kv_heads=h, head_dim=d, page_size=16, kv_layout="HND")
     rot = LayerRotation.hadamard(d).to(dev)
-    default = cute.SPARE_TICKET_BUFFERS
+    ready = cute._capture_tickets
+
+    def fill(dev, index, n):              # no arena zeroed ahead: a memset node in the graph
+        cute._ARENAS.pop(index, None)
+        return ready(dev, index, n)
     for b in a.batch:
         for n in a.context:
             cache, table = make_cache(spec, b, n, dev)
@@ -48,19 +50,17 @@ def main(argv=None) -> int:
             def call():
                 ops.paged_decode_attention(q, cache, *table, rot, out=out, backend="cute",
                                            check_bounds=False)
-            res = {0: [], default: []}
-            bufs = {}
+            res = {"ready": [], "fill": []}
             for _ in range(a.rounds):
-                for spares in (0, default):
-                    cute._COUNTERS.clear()
-                    cute._SPARES.clear()
-                    cute.SPARE_TICKET_BUFFERS = spares
-                    res[spares].append(1e3 * time_cuda(call, warmup=3, rep=30)["median_ms"])
-                    bufs[spares] = len(cute._COUNTERS)
-            cute.SPARE_TICKET_BUFFERS = default
+                for name, fn in (("ready", ready), ("fill", fill)):
+                    cute._capture_tickets = fn
+                    try:
+                        res[name].append(1e3 * time_cuda(call, warmup=3, rep=30)["median_ms"])
+                    finally:
+                        cute._capture_tickets = ready
             print(f"{a.model} batch {b} context {n}: " + " | ".join(
-                f"spares {k}: " + " ".join(f"{t:.1f}" for t in v) + f" us ({bufs[k]} ticket "
-                "buffers in use)" for k, v in res.items()), flush=True)
+                f"{k}: " + " ".join(f"{t:.1f}" for t in v) + " us" for k, v in res.items()),
+                flush=True)
             del cache
     return 0
 
