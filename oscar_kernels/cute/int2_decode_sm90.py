@@ -82,7 +82,7 @@ session 16; graphs may then be replayed concurrently on different streams).
 
 Data movement: each warp is its own producer: ``cp.async`` (LDGSTS) of whole chunks (K and
 V codes 2 x 16 x D/4 bytes, 2 x 16 scale/zero pairs) into a private 8-stage shared-memory
-ring (36 KB per CTA at D = 128). The main loop takes two chunks per iteration: one
+ring (36 KB per CTA at D = 128; 4 stages in the merge-CTA build, below). The main loop takes two chunks per iteration: one
 ``cp.async.commit_group`` for the two chunks it issues, one ``cp.async.wait_group`` +
 ``bar.warp.sync``, one set of ring bookkeeping per 32 tokens (an odd last chunk is a
 phantom whose positions are masked by the warp's range end). Chunk rows come in blocks of
@@ -358,7 +358,8 @@ decode D=128 one LDL per two chunks on it; earlier builds up to 72 B), the wide 
 stacks outside the main loop (decode_pair_w8 24 B, 3 STL; decode_w8 8 B, 1 STL; no spills
 in the loop); 45,056 B dynamic smem at D=128 (ring 36,864 + q rows + q' + P tiles; the merge
 tail reuses the ring, the 4-warp builds' own output rotation the q rows), 83,968 B in the
-wide build (ring 73,728). SASS at D=128: ``decode`` 32 IMMA.16832.U8.S8 (QK) + 112
+wide build (ring 73,728), 48,128 B in the merge-CTA build (its 4-stage ring, 36,864 B, is
+smaller than the merge staging, 37,888 B). SASS at D=128: ``decode`` 32 IMMA.16832.U8.S8 (QK) + 112
 HMMA.16816 (PV, the query rotation, the output rotation in the merge tail and in the CTA,
 BF16 window chunks in two places) + 10 LDSM + 40 LDGSTS (ring and merge-tail rows) + 1
 ATOMG; ``decode_pair`` 16 IMMA + 112 HMMA + 8 LDSM + 40 LDGSTS; the wide builds 80 HMMA (no
