@@ -1366,10 +1366,10 @@ class Int2PagedDecodeSm90:
     def _trace_dep(self, counter_ptr, cta, k: int, tidx, dep):
         """Debug (``OSCAR_CUTE_DEBUG=trace,pro`` builds only): as :func:`_trace`, slot ``k``
         (11-15: the prologue's loads), taken in a branch on ``dep`` (a value just loaded), so
-        the timer is read once that load has arrived."""
-        if cutlass.const_expr("trace" in _DEBUG and "pro" in _DEBUG):
-            if dep != Int32(0x7FC00001):
-                _trace(counter_ptr, cta, k, tidx)
+        the timer is read once that load has arrived. Callers guard the call with ``_PRO``
+        (so ``dep`` is not even formed in other builds)."""
+        if dep != Int32(0x7FC00001):
+            _trace(counter_ptr, cta, k, tidx)
 
     @cute.jit
     def _issue_block_pair(self, j, pt, n_mine, smem_warp, lc, indices_ptr, p_begin, npages,
