@@ -52,7 +52,7 @@ PROLOGUE = ("prologue: geometry in", "prologue: first page id in", "prologue: R_
 # ... or, in OSCAR_CUTE_DEBUG=trace,ramp builds, when warp 0's INT2 chunks 0 / 8 / 16 / 24
 # had arrived (its loop's waits)
 RAMP = ("ramp: warp 0 chunk 0 in", "ramp: chunk 8 in", "ramp: chunk 16 in",
-        "ramp: chunk 24 in", "ramp: (unused)")
+        "ramp: chunk 24 in")
 PHASES = [("rotation", 0, 1), ("int2 loop", 1, 2), ("window", 2, 3), ("combine", 3, 4),
           ("ticket", 4, 5)]
 
@@ -232,7 +232,9 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
         busy = tw[..., 1] - tw[..., 0]                    # [cta, warp]
         row.update(warp_stats(tw[..., 1], busy, _dispatch_rank(
             batch_size, h, splits, warps, torch.cuda.get_device_properties(dev)
-            .multi_processor_count, splits if merge_ctas else RANK_MAX_SPLITS)))
+            .multi_processor_count,
+            # the merge-CTA build's grid is split-major at any split count
+            splits if merge_ctas else RANK_MAX_SPLITS)))
         row["per warp stamps us"] = [[[round(float(x), 2) for x in w] for w in c] for c in tw]
     return row
 

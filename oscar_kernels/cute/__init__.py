@@ -510,10 +510,11 @@ def _counters(dev, n: int):
 
     key = (dev.index if dev.index is not None else torch.cuda.current_device(),
            torch.cuda.current_stream(dev).cuda_stream)
-    if torch.cuda.is_current_stream_capturing() and not os.environ.get("OSCAR_CUTE_TRACE"):
+    capturing = torch.cuda.is_current_stream_capturing()
+    if capturing and not os.environ.get("OSCAR_CUTE_TRACE"):
         return _capture_tickets(dev, key[0], n)
     with _COUNTERS_LOCK:
-        if key[0] not in _ARENAS and not torch.cuda.is_current_stream_capturing():
+        if key[0] not in _ARENAS and not capturing:
             # zeroed ahead of the first capture (a torch.zeros while capturing would put a
             # memset node into that graph)
             _ARENAS[key[0]] = [torch.zeros(CAPTURE_ARENA_WORDS, dtype=torch.int32,
@@ -525,7 +526,6 @@ def _counters(dev, n: int):
                 size = TRACE_OFFSET // 4 + (1 << 22)
             spares = _SPARES.setdefault(key[0], [])
             fit = [t for t in spares if t.numel() >= size]
-            capturing = torch.cuda.is_current_stream_capturing()
             if capturing and fit:
                 new = fit[0]
                 spares.remove(new)
