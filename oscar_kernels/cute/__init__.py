@@ -50,6 +50,8 @@ CAPPED_MIN_FILL = 7 / 8
 #: Splits from which a single-wave wide pair call runs the merge-CTA build (see
 #: :func:`use_merge_ctas`): batch 1's capped plan (16 splits) gained, batch 2-3 did not.
 MERGE_CTA_MIN_SPLITS = 16
+#: Splits from which a wide pair call runs the 4-deep ring build (see :func:`use_ring4`)
+RING4_MIN_SPLITS = 8
 HEAD_DIMS = (64, 128)
 #: A BF16 window chunk in INT2 chunks when the kernel balances its warps' ranges (warp w runs
 #: window chunks w, w + warps * num_splits, ..; its INT2 range is shorter by this much per
@@ -252,12 +254,39 @@ def use_merge_ctas(rows: int, num_splits: int, num_sms: int, group: int) -> bool
             and rows * (num_splits + 1) <= (SM_WARPS // 8) * num_sms)
 
 
+def use_ring4(rows: int, num_splits: int, num_sms: int, warps: int) -> bool:
+    """Whether a ``decode_pair`` call (GQA <= 4, head_dim 128, pages of multiples of CHUNK
+    tokens) of ``rows`` (sequence, KV head) pairs runs ``decode_pair_ring4``, the pair kernel
+    with a 4-deep cp.async ring instead of 8: with 8 warps from ``RING4_MIN_SPLITS`` splits,
+    with 4 warps when the grid is one wave. Measured on an H200 (every build at 4 against 8
+    stages, alternating rounds, perf/results/2026-12-02_h200_s17_ab_st4_*_1ab0693.txt):
+
+    * faster: qwen3-8b batch 2 (16 wide splits) 3.1-3.9 us per call (32K 26.2-26.5 vs
+      29.0-30.1), batch 4 (8 splits) 0-2.2 us, batch 64 (4 warps, 512 CTAs in one wave)
+      2.5-3.5 % at 8K-128K;
+    * slower, so 8 stages there: qwen3-8b batch 8-16 (4 and 2 wide splits) 3-4 % at 128K,
+      batch 128 (4 warps, two waves) 5 % at 128K though 1-3 % faster at 8K-64K; batch 32
+      (one wide split) within 1 %.
+
+    Lengths are not known to the plan, so the rule follows the batch shape only (``num_sms``
+    is read for 4 warps only). The merge-CTA build, when it runs, has a 4-deep ring of its
+    own. ``OSCAR_CUTE_RING4=0|1`` overrides the rule (benchmarks)."""
+    force = os.environ.get("OSCAR_CUTE_RING4")
+    if force is not None:
+        return force == "1"
+    if warps == 8:
+        return num_splits >= RING4_MIN_SPLITS
+    return rows * num_splits <= (SM_WARPS // warps) * num_sms
+
+
 def launch_op(batch_size: int, h: int, group: int, head_dim: int, warps: int,
               num_splits: int, device, any_page: bool = False,
-              merge_ctas: bool | None = None) -> str:
-    """The bundle op a planned call on ``device`` launches: :func:`decode_op`, or
+              merge_ctas: bool | None = None, ring4: bool | None = None) -> str:
+    """The bundle op a planned call on ``device`` launches: :func:`decode_op`,
     ``decode_pair_mc`` where the merge-CTA build runs (:func:`use_merge_ctas`, or forced by
-    ``merge_ctas``). Typed errors for what the builds cannot run."""
+    ``merge_ctas``), else ``decode_pair_ring4`` where the 4-deep ring build runs
+    (:func:`use_ring4` when the bundle has it, or forced by ``ring4``). Typed errors for
+    what the builds cannot run."""
     use_merge = num_splits * group > FUSED_TAIL_ROWS
     if use_merge and warps == 8:
         # its partials stay in the rotated space for the fused tail; the merge kernel takes
@@ -277,7 +306,17 @@ def launch_op(batch_size: int, h: int, group: int, head_dim: int, warps: int,
             f"warps, {num_splits} splits")
     if mc_ok and (use_merge_ctas(batch_size * h, num_splits, _num_sms(device), group)
                   if merge_ctas is None else merge_ctas):
-        op = "decode_pair_mc"
+        return "decode_pair_mc"
+    ring4_ok = op == "decode_pair" and _bundle.has_kernel("decode_pair_ring4", head_dim, warps)
+    if ring4 and not ring4_ok:
+        raise UnsupportedConfigError(
+            "ring4: the 4-deep ring build runs GQA <= 4 at head_dim 128 with pages of a "
+            f"multiple of {CHUNK} tokens, from a bundle that has it; got GQA {group}, "
+            f"head_dim {head_dim}, {warps} warps, any_page={any_page}")
+    if ring4_ok and (use_ring4(batch_size * h, num_splits,
+                               _num_sms(device) if warps == 4 else 0, warps)
+                     if ring4 is None else ring4):
+        op = "decode_pair_ring4"
     return op
 
 
@@ -309,18 +348,20 @@ def _row_strides(spec) -> tuple[int, int, int]:
 
 def decode(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots, rot_k, rot_v,
            sm_scale, *, out=None, num_splits: int | None = None, warps: int | None = None,
-           merge_ctas: bool | None = None):
+           merge_ctas: bool | None = None, ring4: bool | None = None):
     """Backend entry of :func:`oscar_kernels.ops.paged_decode_attention` (inputs validated).
 
     ``q [batch_size, num_qo_heads, head_dim]``; returns ``(o, lse)``: ``o`` of q's dtype in
     the model's space (written into ``out`` when given), ``lse [batch_size, num_qo_heads]``
     float32 natural log. No host synchronization; every launch is graph-capturable.
     ``warps`` / ``num_splits`` override :func:`plan` (tests, benchmarks); ``merge_ctas``
-    forces the merge-CTA build (:func:`use_merge_ctas`) on or off for wide pair calls.
+    forces the merge-CTA build (:func:`use_merge_ctas`) on or off for wide pair calls,
+    ``ring4`` the 4-deep ring build (:func:`use_ring4`) for pair calls.
     """
     steps, result = decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len,
                                  window_slots, rot_k, rot_v, sm_scale, out=out,
-                                 num_splits=num_splits, warps=warps, merge_ctas=merge_ctas)
+                                 num_splits=num_splits, warps=warps, merge_ctas=merge_ctas,
+                                 ring4=ring4)
     for _, step in steps:
         step()
     return result()
@@ -328,10 +369,11 @@ def decode(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots, rot_
 
 def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots, rot_k, rot_v,
                  sm_scale, *, out=None, num_splits: int | None = None, warps: int | None = None,
-                 merge_ctas: bool | None = None):
+                 merge_ctas: bool | None = None, ring4: bool | None = None):
     """The launches of :func:`decode` as ``[(name, fn)]`` over buffers allocated here, plus
     a ``result()`` returning ``(o, lse)`` after they ran (used by the per-step benchmark).
-    ``merge_ctas`` forces the merge-CTA build on or off for wide pair calls (tests)."""
+    ``merge_ctas`` forces the merge-CTA build on or off for wide pair calls, ``ring4`` the
+    4-deep ring build for pair calls (tests)."""
     import torch
 
     spec = cache.spec
@@ -360,7 +402,8 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
             if warps == 8:      # the wide build merges in its fused tail only (below)
                 planned = min(planned, max(1, FUSED_TAIL_ROWS // group))
         num_splits = planned if num_splits is None else num_splits
-    op = launch_op(batch_size, h, group, d, warps, num_splits, dev, any_page, merge_ctas)
+    op = launch_op(batch_size, h, group, d, warps, num_splits, dev, any_page, merge_ctas,
+                   ring4)
     use_merge = num_splits * group > FUSED_TAIL_ROWS
     o_part = torch.empty(batch_size, num_qo_heads, num_splits, d, dtype=torch.float32, device=dev)
     lse_part = torch.empty(batch_size, num_qo_heads, num_splits, dtype=torch.float32, device=dev)

@@ -7,7 +7,9 @@ A bundle is a directory with ``manifest.json`` and one ``lib<name>.so`` per kern
 and the stream; ``merge`` 4 pointers, 7 int32 and the stream). The decode ops exist for
 CTAs of 4 warps (every head_dim) and 8 warps (``_w8``, head_dim 128; manifest ``"warps"``);
 ``decode_anypage`` / ``decode_pair_anypage`` (same ABI, 4 warps) take pages whose size is
-not a multiple of 16 (bundles before session 12 lack them: such caches fall back then).
+not a multiple of 16 (bundles before session 12 lack them: such caches fall back then);
+``decode_pair_mc`` (8 warps) and ``decode_pair_ring4`` (4 and 8 warps, a 4-deep ring) are
+head_dim-128 builds of ``decode_pair`` that the host picks for some shapes when present.
 The directory is ``$OSCAR_CUTE_BUNDLE`` when set, else ``oscar_kernels/cute/prebuilt``.
 ``OSCAR_CUTE_MODE=bundle`` or ``=jit`` forces one source. Nothing here needs a GPU to
 import; loading a library needs ``libcudart.so.13`` (import torch first, it loads it).
@@ -39,6 +41,7 @@ _ARGTYPES = {
     "decode_anypage": _DECODE_ARGS,     # pages of any size (not a multiple of 16)
     "decode_pair_anypage": _DECODE_ARGS,
     "decode_pair_mc": _DECODE_ARGS,     # the wide pair build with merge CTAs (8 warps)
+    "decode_pair_ring4": _DECODE_ARGS,  # the pair kernel with a 4-deep ring (head_dim 128)
 }
 OPS = tuple(_ARGTYPES)
 #: the ops a head_dim needs to count as available (the any-page ones are optional)
@@ -60,6 +63,7 @@ def kernel_name(op: str, head_dim: int, warps: int = 4) -> str:
             "decode_anypage": f"int2_decode_anypage{wide}_sm90_d{head_dim}",
             "decode_pair_anypage": f"int2_decode_pair_anypage{wide}_sm90_d{head_dim}",
             "decode_pair_mc": f"int2_decode_pair_mc{wide}_sm90_d{head_dim}",
+            "decode_pair_ring4": f"int2_decode_pair_ring4{wide}_sm90_d{head_dim}",
             "merge": f"int2_decode_merge_sm90_d{head_dim}"}[op]
 
 
@@ -120,6 +124,8 @@ def has_kernel(op: str, head_dim: int, warps: int = 4) -> bool:
     if mode() == "jit":
         if op == "decode_pair_mc":
             return warps == 8 and head_dim == 128
+        if op == "decode_pair_ring4":
+            return head_dim == 128 and warps in (4, 8)
         return warps == 4 or (warps == 8 and head_dim == 128 and op in ("decode", "decode_pair"))
     try:
         entry = read_manifest()["kernels"].get(kernel_name(op, head_dim, warps))
@@ -165,7 +171,8 @@ def _load_jit_kernel(op: str, head_dim: int, warps: int) -> Callable:
     from .int2_decode_sm90 import Int2DecodeConfig, compile_decode, compile_merge
 
     cfg = Int2DecodeConfig(head_dim=head_dim, pair=op.startswith("decode_pair"), warps=warps,
-                           any_page=op.endswith("_anypage"), merge_ctas=op == "decode_pair_mc")
+                           any_page=op.endswith("_anypage"), merge_ctas=op == "decode_pair_mc",
+                           stages=4 if op == "decode_pair_ring4" else 0)
     compiled = (compile_merge if op == "merge" else compile_decode)(cfg)
 
     def launch(*args) -> None:

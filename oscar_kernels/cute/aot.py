@@ -9,7 +9,8 @@ Runs on a machine without a GPU (``CUTE_DSL_ARCH=sm_90a``), in an environment wi
 
 For every static compile key (``head_dim`` in {64, 128}; GQA class; page sizes that are a
 multiple of 16 or any (``*_anypage``); at head_dim 128 also CTAs of 8 warps, and the wide
-pair build with merge CTAs, ``decode_pair_mc``) it ``cute.compile``s the decode kernel (query rotation, attention, and for
+pair build with merge CTAs, ``decode_pair_mc``; at head_dim 128 the pair kernel with a
+4-deep ring, ``decode_pair_ring4``, of 4 and 8 warps) it ``cute.compile``s the decode kernel (query rotation, attention, and for
 few splits the merge in one launch) and the separate split merge,
 ``export_to_c`` (an object file embedding the sm_90a cubin), then links a ~40 KB shared
 library with a two-function C ABI::
@@ -101,6 +102,9 @@ def build(out_dir: str, cuda_home: str, head_dims=HEAD_DIMS) -> dict:
         builds = [("decode", cfg.name, compile_decode, cfg),
                   ("decode_pair", pair.name, compile_decode, pair),
                   ("merge", cfg.merge_name, compile_merge, cfg)]
+        if d == 128:   # the pair kernel with a 4-deep ring (oscar_kernels.cute.use_ring4)
+            ring4 = Int2DecodeConfig(head_dim=d, pair=True, stages=4)
+            builds.append(("decode_pair_ring4", ring4.name, compile_decode, ring4))
         # pages of any size (not a multiple of 16 tokens), 4 warps per CTA
         for op, c in (("decode_anypage", Int2DecodeConfig(head_dim=d, any_page=True)),
                       ("decode_pair_anypage",
@@ -110,7 +114,9 @@ def build(out_dir: str, cuda_home: str, head_dims=HEAD_DIMS) -> dict:
             for op, c in (("decode", Int2DecodeConfig(head_dim=d, warps=8)),
                           ("decode_pair", Int2DecodeConfig(head_dim=d, pair=True, warps=8)),
                           ("decode_pair_mc", Int2DecodeConfig(head_dim=d, pair=True, warps=8,
-                                                              merge_ctas=True))):
+                                                              merge_ctas=True)),
+                          ("decode_pair_ring4", Int2DecodeConfig(head_dim=d, pair=True, warps=8,
+                                                                 stages=4))):
                 builds.append((op, c.name, compile_decode, c))
         for op, name, fn, c in builds:
             fn(c).export_to_c(out_dir, name)

@@ -420,18 +420,17 @@ NUM_PTR_ARGS = 18
 NUM_INT_ARGS = 18
 #: Sleep between a merge CTA's polls of its counter (ns; ``nanosleep`` is approximate).
 MERGER_SLEEP_NS = 100
-#: Depth of each warp's cp.async ring (chunks in flight per warp), per head_dim.
-STAGES = {64: 8, 128: 8}
-#: ... in the merge-CTA build (qwen3-8b batch 1)
-MC_STAGES = 4
-if os.environ.get("OSCAR_CUTE_STAGES"):   # experiments only (read at import, like _DEBUG)
-    _s = os.environ["OSCAR_CUTE_STAGES"]
-    if not (_s.isdigit() and int(_s) >= 4 and int(_s) & (int(_s) - 1) == 0):
-        raise ValueError(f"OSCAR_CUTE_STAGES: expected a power of two >= 4, got {_s!r}")
-    STAGES = {d: int(_s) for d in STAGES}
-    MC_STAGES = int(_s)
-# the ring index is chunk & (stages - 1)
-assert all(s & (s - 1) == 0 for s in [*STAGES.values(), MC_STAGES])
+#: Depth of each warp's cp.async ring (chunks in flight per warp) of a build whose config
+#: leaves ``stages`` at 0 (see :func:`default_stages`): DEEP_STAGES, or SHALLOW_STAGES for
+#: the merge-CTA build (session 16) and the GQA > 4 builds at head_dim 128 (session 17)
+DEEP_STAGES = 8
+SHALLOW_STAGES = 4
+#: Experiments only (read at import, like _DEBUG): every build's default depth
+_STAGES_OVERRIDE = os.environ.get("OSCAR_CUTE_STAGES")
+if _STAGES_OVERRIDE is not None and not (
+        _STAGES_OVERRIDE.isdigit() and int(_STAGES_OVERRIDE) >= 4
+        and int(_STAGES_OVERRIDE) & (int(_STAGES_OVERRIDE) - 1) == 0):
+    raise ValueError(f"OSCAR_CUTE_STAGES: expected a power of two >= 4, got {_STAGES_OVERRIDE!r}")
 #: Debug builds only (read when the module is imported, so set it for ``aot build``): a
 #: comma-separated list of phases to leave out -- ``rot`` (query rotation), ``loop`` (INT2
 #: chunks), ``win`` (BF16 window chunks), ``tail`` (split merge), ``merge`` (the merge after
@@ -465,18 +464,52 @@ class Int2DecodeConfig:
     #: Merge CTAs (the wide pair build for single-wave shapes, see ``_merger``): one more CTA
     #: per (sequence, KV head) merges its splits; 8 warps and ``pair`` only
     merge_ctas: bool = False
+    #: Depth of each warp's cp.async ring, a power of two >= 4 (the ring index is
+    #: ``chunk & (stages - 1)``); 0: the build's default (:func:`default_stages`). The
+    #: shallow pair builds (``decode_pair_ring4``) set 4.
+    stages: int = 0
+
+    def __post_init__(self):
+        s = self.stages
+        if s != 0 and not (s >= 4 and s & (s - 1) == 0):
+            raise ValueError(f"stages: expected 0 or a power of two >= 4, got {s!r}")
+
+    @property
+    def ring(self) -> int:
+        """The ring depth this config compiles with."""
+        return self.stages or default_stages(self)
 
     @property
     def name(self) -> str:
         wide = "_w8" if self.warps == 8 else ""
         anyp = "_anypage" if self.any_page else ""
         mc = "_mc" if self.merge_ctas else ""
-        return (f"int2_decode{'_pair' if self.pair else ''}{anyp}{mc}{wide}"
+        ring = f"_ring{self.stages}" if self.stages else ""
+        return (f"int2_decode{'_pair' if self.pair else ''}{anyp}{mc}{ring}{wide}"
                 f"_sm90_d{self.head_dim}")
 
     @property
     def merge_name(self) -> str:
         return f"int2_decode_merge_sm90_d{self.head_dim}"
+
+
+def default_stages(config: Int2DecodeConfig) -> int:
+    """The ring depth of a build that does not set ``stages``: ``OSCAR_CUTE_STAGES`` when set
+    (experiments), else SHALLOW_STAGES for the merge-CTA build (session 16) and for ``decode``
+    (GQA > 4) at head_dim 128 with 4 or 8 warps and pages of multiples of CHUNK tokens, else
+    DEEP_STAGES. Session 17 measured every build at 4 against 8 stages on an H200 (alternating
+    rounds, perf/results/2026-12-02_h200_s17_ab_st4_*_1ab0693.txt): llama3-70b-tp8 (GQA 8)
+    faster at batch 1-128 (batch 8 / 64K 31.8 -> 29.9 us, batch 64 / 8K 35 -> 31.7 us) and
+    within 0.3 % at batch 256; the pair builds lose at some shapes (qwen3-8b batch 8-16 / 128K
+    3-4 %, batch 128 / 128K 5 %; head_dim 64 batch 32 / 128K 3 %), so they keep 8 and the
+    host picks the separate ``decode_pair_ring4`` builds where those won
+    (``oscar_kernels.cute.use_ring4``). The any-page builds were not measured and keep 8."""
+    if _STAGES_OVERRIDE is not None:
+        return int(_STAGES_OVERRIDE)
+    if config.merge_ctas or (config.head_dim == 128 and not config.pair
+                             and not config.any_page):
+        return SHALLOW_STAGES
+    return DEEP_STAGES
 
 
 # ------------------------------------------------------------------ PTX helpers
@@ -807,7 +840,7 @@ class Int2PagedDecodeSm90:
         self.out_rotation = self.nw == 4
         self.row_bytes = d // 4        # code bytes per token and head
         self.stage_bytes = 2 * CHUNK * self.row_bytes + 2 * CHUNK * 4
-        self.stages = MC_STAGES if config.merge_ctas else STAGES[d]
+        self.stages = config.ring
         self.combine_bytes = (MAX_GROUP + MAX_GROUP * d) * 4   # per warp: lse2[8], o[8][d]
         # partial rows per merge-tail round trip: the wide pair build stages 64 (qwen3-8b
         # batch 1: 16 splits x 4 heads in one; its main loop's SASS listing unchanged;
@@ -815,7 +848,7 @@ class Int2PagedDecodeSm90:
         self.tail_rows = 64 if self.pair and self.nw == 8 else TAIL_ROWS
         merge_bytes = (32 * self.nw + MAX_GROUP * d + self.tail_rows * d) * 4
         # the ring's shared memory, reused by the combine and the merge tail (the ring alone
-        # at 8 stages; the larger of them with a shallower experiment ring)
+        # at 8 stages; the larger of them with a 4-deep ring)
         self.ring_bytes = max(self.nw * self.stages * self.stage_bytes, merge_bytes,
                               self.nw * self.combine_bytes)
         # ring + q rows (float32) + q' (bf16)

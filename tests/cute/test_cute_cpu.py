@@ -51,20 +51,24 @@ def test_prebuilt_bundle_has_every_op_per_head_dim(monkeypatch):
     monkeypatch.delenv("OSCAR_CUTE_BUNDLE", raising=False)
     kernels = _bundle.read_manifest()["kernels"]
     assert set(_bundle.OPS) == {"decode", "decode_pair", "merge", "decode_anypage",
-                                "decode_pair_anypage", "decode_pair_mc"}
+                                "decode_pair_anypage", "decode_pair_mc", "decode_pair_ring4"}
     assert set(_bundle.CORE_OPS) == {"decode", "decode_pair", "merge"}
+    d128_only = {"decode_pair_mc", "decode_pair_ring4"}
     for d in (64, 128):
-        for op in set(_bundle.OPS) - {"decode_pair_mc"}:
+        for op in set(_bundle.OPS) - d128_only:
             entry = kernels[_bundle.kernel_name(op, d)]
             assert (entry["op"], entry["head_dim"], entry["warps"]) == (op, d, 4)
-    # the wide build (8 warps per CTA) of both decode ops and the merge-CTA build (wide
-    # pair), head_dim 128 only
-    for op in ("decode", "decode_pair", "decode_pair_mc"):
+    # the wide build (8 warps per CTA) of both decode ops, the merge-CTA build (wide pair)
+    # and the 4-deep ring pair build (4 and 8 warps), head_dim 128 only
+    for op in ("decode", "decode_pair", "decode_pair_mc", "decode_pair_ring4"):
         entry = kernels[_bundle.kernel_name(op, 128, 8)]
         assert (entry["op"], entry["head_dim"], entry["warps"]) == (op, 128, 8)
         assert _bundle.has_kernel(op, 128, 8) and not _bundle.has_kernel(op, 64, 8)
+    entry = kernels[_bundle.kernel_name("decode_pair_ring4", 128)]
+    assert (entry["op"], entry["head_dim"], entry["warps"]) == ("decode_pair_ring4", 128, 4)
+    assert not _bundle.has_kernel("decode_pair_ring4", 64, 4)
     assert not _bundle.has_kernel("decode_pair_mc", 128, 4)
-    assert len(kernels) == 2 * (len(_bundle.OPS) - 1) + 3
+    assert len(kernels) == 2 * (len(_bundle.OPS) - 2) + 3 + 2
     assert cute.decode_op(4) == "decode_pair" and cute.decode_op(5) == "decode"
     assert cute.decode_op(4, True) == "decode_pair_anypage"
     assert cute.decode_op(8, True) == "decode_anypage"
@@ -72,7 +76,8 @@ def test_prebuilt_bundle_has_every_op_per_head_dim(monkeypatch):
         assert cute.wide_available(4, 128) and cute.wide_available(8, 128)
         assert not cute.wide_available(4, 64)
     assert not cute.wide_available(4, 128, any_page=True)     # 4 warps only
-    for op in ("decode_pair", "decode_anypage", "decode_pair_anypage", "decode_pair_mc"):
+    for op in ("decode_pair", "decode_anypage", "decode_pair_anypage", "decode_pair_mc",
+               "decode_pair_ring4"):
         assert _bundle._ARGTYPES[op] == _bundle._ARGTYPES["decode"]
     assert cute.PAIR_MAX_GROUP == 4   # the pair kernel holds the heads in MMA columns 0-3
 
@@ -518,19 +523,51 @@ def test_merge_ctas_forced_where_they_cannot_run_is_a_typed_error():
 
 def test_launch_op_names_the_build_a_call_runs():
     """``launch_op`` (what ``decode_steps`` launches, and ``perf/trace_decode.py`` reads): the
-    op per GQA class and page size, the merge-CTA build when forced, typed errors; no device
-    query unless the merge-CTA choice is the plan's (GQA <= 4, 8 warps, 2+ splits)."""
+    op per GQA class and page size, the merge-CTA and 4-deep ring builds by the plan's rule or
+    forced, typed errors; no device query unless the merge-CTA choice (GQA <= 4, 8 warps, 2+
+    splits) or the 4-warp ring-4 choice is the plan's."""
     from oscar_kernels.errors import UnsupportedConfigError
 
     dev = torch.device("cuda", 0)    # never queried below
     assert cute.launch_op(1, 1, 8, 128, 8, 4, dev) == "decode"
-    assert cute.launch_op(1, 1, 4, 128, 4, 40, dev) == "decode_pair"
+    assert cute.launch_op(1, 1, 4, 128, 4, 40, dev, ring4=False) == "decode_pair"
     assert cute.launch_op(1, 1, 4, 128, 8, 1, dev) == "decode_pair"
     assert cute.launch_op(1, 1, 3, 64, 4, 3, dev, any_page=True) == "decode_pair_anypage"
-    assert cute.launch_op(1, 8, 4, 128, 8, 16, dev, merge_ctas=False) == "decode_pair"
+    assert cute.launch_op(1, 1, 3, 64, 4, 3, dev) == "decode_pair"      # no ring-4 build at 64
+    assert cute.launch_op(1, 8, 4, 128, 8, 16, dev, merge_ctas=False, ring4=False) == "decode_pair"
     if cute._bundle.has_kernel("decode_pair_mc", 128, 8):
         assert cute.launch_op(1, 8, 4, 128, 8, 16, dev, merge_ctas=True) == "decode_pair_mc"
+    if cute._bundle.has_kernel("decode_pair_ring4", 128, 8):
+        # the wide plans of qwen3-8b batch 2 (16 splits) and 4 (8) take the 4-deep ring,
+        # batch 8 (4 splits) not; forced either way
+        assert cute.launch_op(2, 8, 4, 128, 8, 16, dev, merge_ctas=False) == "decode_pair_ring4"
+        assert cute.launch_op(4, 8, 4, 128, 8, 8, dev, merge_ctas=False) == "decode_pair_ring4"
+        assert cute.launch_op(8, 8, 4, 128, 8, 4, dev, merge_ctas=False) == "decode_pair"
+        kw = {"merge_ctas": False}
+        assert cute.launch_op(8, 8, 4, 128, 8, 4, dev, ring4=True, **kw) == "decode_pair_ring4"
+        assert cute.launch_op(4, 8, 4, 128, 8, 8, dev, ring4=False, **kw) == "decode_pair"
+        assert cute.launch_op(1, 8, 4, 128, 4, 3, dev, ring4=True) == "decode_pair_ring4"
     with pytest.raises(UnsupportedConfigError, match="num_splits: the 8-warp build merges"):
         cute.launch_op(1, 1, 8, 128, 8, 17, dev)
     with pytest.raises(UnsupportedConfigError, match="merge_ctas: the merge-CTA build"):
         cute.launch_op(1, 1, 8, 128, 8, 4, dev, merge_ctas=True)
+    for args in ((1, 1, 8, 128, 4, 4), (1, 1, 4, 64, 4, 4), (1, 1, 4, 128, 4, 4, dev, True)):
+        with pytest.raises(UnsupportedConfigError, match="ring4: the 4-deep ring build"):
+            cute.launch_op(*args[:6], dev, *args[7:], ring4=True)
+
+
+def test_use_ring4_follows_the_measured_shapes(monkeypatch):
+    """The 4-deep ring pair build: wide calls from RING4_MIN_SPLITS splits (qwen3-8b batch
+    2-4), 4-warp calls whose grid is one wave (qwen3-8b batch 64 on 132 SMs: 512 CTAs; not
+    batch 128), and the environment override both ways."""
+    monkeypatch.delenv("OSCAR_CUTE_RING4", raising=False)
+    assert cute.use_ring4(16, 16, 0, 8) and cute.use_ring4(32, 8, 0, 8)
+    assert not cute.use_ring4(64, 4, 0, 8) and not cute.use_ring4(256, 1, 0, 8)
+    assert cute.use_ring4(512, 1, 132, 4) and not cute.use_ring4(1024, 1, 132, 4)
+    for b, want in ((2, True), (4, True), (8, False), (16, False), (32, False)):
+        warps, splits = cute.plan(b, 8, 132, 4, 128)
+        assert warps == 8 and cute.use_ring4(b * 8, splits, 132, warps) == want, b
+    monkeypatch.setenv("OSCAR_CUTE_RING4", "0")
+    assert not cute.use_ring4(16, 16, 0, 8)
+    monkeypatch.setenv("OSCAR_CUTE_RING4", "1")
+    assert cute.use_ring4(1024, 1, 132, 4)

@@ -239,6 +239,31 @@ def test_cute_decode_merge_ctas(num_splits, merge_ctas, gqa):
 
 
 @needs_sm90
+@pytest.mark.parametrize("layout", ["HND", "NHD"])
+@pytest.mark.parametrize("gqa", [1, 3, 4])
+@pytest.mark.parametrize("warps", [4, 8])
+@pytest.mark.parametrize("num_splits", [1, 3, 8, 16, 40])
+def test_cute_decode_ring4(num_splits, warps, gqa, layout):
+    """The pair kernel with a 4-deep cp.async ring (``decode_pair_ring4``, 4 and 8 warps;
+    the plan runs it for qwen3-8b batch 2-4 and 64) against the reference: 1 to 40 splits
+    (the merge kernel above 128 partial rows with 4 warps; a typed error with 8), a
+    6000-token sequence, a 1-token and an empty one, both page layouts."""
+    _splits_case(num_splits, layout, warps, 128, gqa, ring4=True)
+
+
+@needs_sm90
+def test_cute_decode_ring4_planned():
+    """``decode`` without overrides on qwen3-8b's shape (8 KV heads, GQA 4) at batch 2 runs
+    the 4-deep ring build by the plan (16 wide splits) and matches the reference."""
+    from oscar_kernels import cute
+
+    assert cute.launch_op(2, 8, 4, 128, *cute.plan(2, 8, cute._num_sms("cuda"), 4, 128),
+                          torch.device("cuda")) == "decode_pair_ring4"
+    spec = CacheSpec(num_kv_heads=8, head_dim=128, page_size=16, kv_layout="HND")
+    _check(spec, [9000, 4097], 4, seed=23)
+
+
+@needs_sm90
 def test_cute_decode_merge_ctas_cuda_graph():
     """A graph replay of the merge-CTA build gives the eager result (the merge CTAs reset
     their counters, so every replay starts clean)."""
@@ -331,7 +356,8 @@ def _assert_graph_replays_match(step, out, replays=1):
         assert torch.equal(out, want)
 
 
-def _splits_case(num_splits, layout, warps, head_dim, gqa, page_size=16, merge_ctas=None):
+def _splits_case(num_splits, layout, warps, head_dim, gqa, page_size=16, merge_ctas=None,
+                 ring4=None):
     from oscar_kernels import cute
     from oscar_kernels.errors import UnsupportedConfigError
 
@@ -349,7 +375,7 @@ def _splits_case(num_splits, layout, warps, head_dim, gqa, page_size=16, merge_c
     for _ in range(2):
         out = torch.full_like(q, float("nan"))
         got, lse = cute.decode(q, cache, *table, rk, rv, scale, out=out, num_splits=num_splits,
-                               warps=warps, merge_ctas=merge_ctas)
+                               warps=warps, merge_ctas=merge_ctas, ring4=ring4)
         torch.cuda.synchronize()
         assert all(int(t.abs().sum()) == 0 for t in cute._COUNTERS.values())
         got, lse = got.float().cpu(), lse.cpu()
