@@ -172,10 +172,12 @@ def main(argv=None) -> int:
     ap.add_argument("--kernels", nargs="+",
                     default=["decode_pair", "decode", "decode_pair_w8", "decode_w8", "merge"],
                     choices=["decode_pair", "decode", "decode_pair_w8", "decode_w8", "merge",
-                             "decode_pair_anypage", "decode_anypage", "decode_pair_mc_w8"],
+                             "decode_pair_anypage", "decode_anypage", "decode_pair_mc_w8",
+                             "decode_pair_ring4", "decode_pair_ring4_w8"],
                     help="*_w8: CTAs of 8 warps (head_dim 128 only; skipped at other dims); "
                          "*_anypage: the build for pages that are not a multiple of 16; "
-                         "decode_pair_mc_w8: the merge-CTA build")
+                         "decode_pair_mc_w8: the merge-CTA build; decode_pair_ring4*: the "
+                         "pair kernel with a 4-deep ring")
     ap.add_argument("--cuobjdump", default=None)
     ap.add_argument("--dump-fast", default=None, metavar="DIR",
                     help="also write each decode kernel's fast-path listing (one iteration, "
@@ -200,7 +202,8 @@ def main(argv=None) -> int:
                 start = time.time()
                 cfg = Int2DecodeConfig(d, pair=kind.startswith("decode_pair"), warps=warps,
                                        any_page=kind.endswith("_anypage"),
-                                       merge_ctas="_mc" in kind)
+                                       merge_ctas="_mc" in kind,
+                                       stages=4 if "_ring4" in kind else 0)
                 (compile_merge if kind == "merge" else compile_decode)(cfg)
                 new = sorted((f for f in glob.glob(os.path.join(dump, "**", "*.cubin"),
                                                    recursive=True)

@@ -5,9 +5,11 @@ against the first plan's.
     PYTHONPATH=. python perf/split_sweep_graph.py --model qwen3-8b --batch 1 \\
         --context 65536 131072 --plans 8:16:mc 8:16 8:32:mc --rounds 3
 
-A plan is ``WARPS:SPLITS`` or ``WARPS:SPLITS:mc`` (the merge-CTA build forced on; without
-``:mc`` it is forced off for wide pair calls). ``auto`` is the shipped plan. Prints one line
-per round and plan (microseconds per context) and the largest |o - o_first| per plan.
+A plan is ``WARPS:SPLITS`` optionally followed by ``:mc`` (the merge-CTA build forced on;
+without it forced off for wide pair calls) and/or ``:r4`` (the 4-deep ring pair build
+forced on; without it forced off for pair calls at head_dim 128). ``auto`` is the shipped
+plan. Prints one line per round and plan (microseconds per context) and the largest
+|o - o_first| per plan.
 """
 
 from __future__ import annotations
@@ -21,19 +23,26 @@ import torch
 from oscar_kernels.cute import PAIR_MAX_GROUP
 
 
-def plan_kwargs(plan: str, group: int) -> dict:
-    """``cute.decode`` overrides of a plan string: ``auto``, ``WARPS:SPLITS`` or
-    ``WARPS:SPLITS:mc`` (wide pair calls, GQA <= 4: the merge-CTA build forced on, else off)."""
+def plan_kwargs(plan: str, group: int, head_dim: int = 128) -> dict:
+    """``cute.decode`` overrides of a plan string: ``auto``, or ``WARPS:SPLITS`` with optional
+    ``:mc`` (wide pair calls, GQA <= 4: the merge-CTA build forced on, else off) and ``:r4``
+    (pair calls at head_dim 128: the 4-deep ring build forced on, else off)."""
     if plan == "auto":
         return {}
     parts = plan.split(":")
-    if (len(parts) not in (2, 3) or not all(p.isdigit() for p in parts[:2])
-            or parts[2:] not in ([], ["mc"])):
-        raise ValueError(f"plan: expected 'auto', 'WARPS:SPLITS' or 'WARPS:SPLITS:mc', "
-                         f"got {plan!r}")
+    flags = parts[2:]
+    if (len(parts) < 2 or not all(p.isdigit() for p in parts[:2])
+            or len(set(flags)) != len(flags) or not set(flags) <= {"mc", "r4"}):
+        raise ValueError(f"plan: expected 'auto' or 'WARPS:SPLITS' with optional ':mc' and "
+                         f"':r4', got {plan!r}")
     kw = {"warps": int(parts[0]), "num_splits": int(parts[1])}
     if kw["warps"] == 8 and group <= PAIR_MAX_GROUP:
-        kw["merge_ctas"] = parts[2:] == ["mc"]
+        kw["merge_ctas"] = "mc" in flags
+    if group <= PAIR_MAX_GROUP and head_dim == 128:
+        kw["ring4"] = "r4" in flags
+    elif "r4" in flags:
+        raise ValueError(f"plan: ':r4' needs GQA <= {PAIR_MAX_GROUP} and head_dim 128, got "
+                         f"{plan!r} for GQA {group}, head_dim {head_dim}")
     return kw
 
 
@@ -58,7 +67,7 @@ def main(argv=None) -> int:
     command = " ".join(["perf/split_sweep_graph.py"] + (argv or sys.argv[1:]))
     print("#", json.dumps(env_header(command)))
 
-    kwargs = {plan: plan_kwargs(plan, hq // h) for plan in a.plans}   # malformed: fail now
+    kwargs = {plan: plan_kwargs(plan, hq // h, d) for plan in a.plans}   # malformed: fail now
     cases = []
     for n in a.context:
         cache, table = make_cache(spec, a.batch, n, dev)

@@ -107,7 +107,7 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
                               .multi_processor_count, hq // h, d,
                               cute.wide_available(hq // h, d))
     from split_sweep_graph import plan_kwargs
-    kw = plan_kwargs(plan, hq // h)        # "auto": the shipped plan (decode_steps' choice)
+    kw = plan_kwargs(plan, hq // h, d)        # "auto": the shipped plan (decode_steps' choice)
     warps, splits = kw.get("warps", warps), kw.get("num_splits", splits)
     rk, rv = rot.per_head(h)
     from harness import _flush_buffer, _flush_l2     # time_cuda's cold-L2 flush
@@ -165,7 +165,8 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
     merged = tail > 0.3                                  # the CTAs that ran the merge
     # the merge-CTA build (decode's choice): no split CTA merges
     merge_ctas = cute.launch_op(batch_size, h, hq // h, d, warps, splits, dev,
-                                merge_ctas=kw.get("merge_ctas")) == "decode_pair_mc"
+                                merge_ctas=kw.get("merge_ctas"),
+                                ring4=kw.get("ring4")) == "decode_pair_mc"
     row["merge CTAs"] = bool(merge_ctas)
     if merge_ctas:
         merged = torch.zeros_like(merged)
