@@ -156,7 +156,7 @@ def can_implement(op: str, *, device, spec, num_qo_heads: int, dtype,
 
 
 def num_splits_for(batch_size: int, num_kv_heads: int, num_sms: int, group: int = 1,
-                   warps: int = 4) -> int:
+                   warps: int = 4, head_dim: int | None = None) -> int:
     """CTAs per (sequence, KV head) for CTAs of ``warps`` warps: as many as fit in one wave
     of ``SM_WARPS // warps`` CTAs per SM (rounded down: a second, partly filled wave of long
     CTAs costs more than it brings; measured with 4 warps: qwen3-8b batch 8 at 32K: 8
@@ -172,6 +172,14 @@ def num_splits_for(batch_size: int, num_kv_heads: int, num_sms: int, group: int 
     llama3-70b-tp8 batch 8 at 64K/128K 0.8-1.8 us faster;
     perf/results/2026-11-29_h200_session6_split_sweeps_b1.txt).
 
+    Since session 17 ``decode`` (GQA > 4) at ``head_dim`` 128 with 4 warps has a 4-deep ring
+    and such a wave is planned for two CTAs per SM fewer, when its partials still go to the
+    merge kernel (else one fewer, as before): llama3-70b-tp8 batch 4 66 vs 99 splits 0.4-1.9
+    us faster at 8K-128K, batch 8 33 vs 49 splits 0.6-1 us at 8K-64K and even at 128K, batch
+    12 22 vs 33 splits 0.9-1.6 us faster at 8K-32K, even at 64K, 0.9 us slower at 128K;
+    batch 16 keeps 24 (16 splits land on a 128-row fused tail: 8-11 us slower);
+    perf/results/2026-12-02_h200_s17_sweep_llama_*_248b149.txt.
+
     No rounding down to the fused tail's limit: that always lands on a 128-row tail, which
     is slower than the merge kernel (qwen3-8b batch 2: 32 splits with the fused tail 39.5 /
     72.5 us at 32K / 128K, 33 splits and the merge kernel 33.2 / 65.0 us).
@@ -186,9 +194,12 @@ def num_splits_for(batch_size: int, num_kv_heads: int, num_sms: int, group: int 
     if waves / math.ceil(waves) < WAVE_FILL:   # the last wave would stay too empty
         want = max(want + 1, math.ceil(4 * slots / rows))
     elif want * group > FUSED_TAIL_ROWS:      # one wave, partials through the merge kernel
-        light = max(1, (per_sm - 1) * num_sms // rows)
-        if light * group > FUSED_TAIL_ROWS:
-            want = min(want, light)
+        ring4_decode = warps == 4 and head_dim == 128 and group > PAIR_MAX_GROUP
+        for free in (2, 1) if ring4_decode else (1,):
+            light = max(1, (per_sm - free) * num_sms // rows)
+            if light * group > FUSED_TAIL_ROWS:
+                want = min(want, light)
+                break
     return max(1, min(MAX_SPLITS, want))
 
 
@@ -220,7 +231,7 @@ def plan(batch_size: int, num_kv_heads: int, num_sms: int, group: int, head_dim:
     4 warps: llama3-70b-tp8 batch 16 with 8 wide splits was 9 % faster at 8K but 3 % slower at
     128K, batch 12 (96 CTAs) up to 22 % slower.
     """
-    splits = num_splits_for(batch_size, num_kv_heads, num_sms, group)
+    splits = num_splits_for(batch_size, num_kv_heads, num_sms, group, head_dim=head_dim)
     if head_dim == 128 and wide_available:
         rows = batch_size * num_kv_heads
         wide = num_splits_for(batch_size, num_kv_heads, num_sms, group, warps=8)
@@ -398,7 +409,7 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
             warps, planned = plan(batch_size, h, sms, group, d,
                                   wide_available(group, d, any_page))
         else:
-            planned = num_splits_for(batch_size, h, sms, group, warps)
+            planned = num_splits_for(batch_size, h, sms, group, warps, d)
             if warps == 8:      # the wide build merges in its fused tail only (below)
                 planned = min(planned, max(1, FUSED_TAIL_ROWS // group))
         num_splits = planned if num_splits is None else num_splits

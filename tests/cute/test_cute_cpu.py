@@ -138,8 +138,10 @@ def test_num_splits_depends_on_shapes_only(batch_size, num_kv_heads, group, want
     (1, 8, 4, 128, (8, 16)),     # wide: 33 splits x 4 = 132 rows; 16 splits: 128 CTAs, 64 rows
     (1, 4, 4, 128, (4, 99)),     # 16 capped splits would leave 64 CTAs: 4 warps, merge kernel
     (2, 4, 4, 128, (8, 16)),
-    (8, 1, 8, 128, (4, 49)),
-    (16, 1, 8, 128, (4, 24)),    # wide: 16 x 8 = 128 rows in four round trips -> 4 warps
+    (8, 1, 8, 128, (4, 33)),     # the 4-deep ring decode build: 2 CTAs per SM, merge kernel
+    (4, 1, 8, 128, (4, 66)),
+    (16, 1, 8, 128, (4, 24)),    # wide: 16 x 8 = 128 rows in four round trips -> 4 warps;
+                                 # 16 splits (2 per SM) would be a 128-row fused tail: 3 per SM
     (64, 8, 4, 128, (4, 1)),     # wide: 512 CTAs are two waves -> 4 warps
     (128, 8, 4, 128, (4, 1)),
     (50, 8, 4, 128, (4, 6)),
@@ -149,7 +151,20 @@ def test_plan_picks_the_wide_build_for_one_wave_and_a_short_tail(batch_size, num
     assert cute.plan(batch_size, num_kv_heads, 132, group, head_dim) == want
     # without the wide kernels (an older bundle) every shape runs 4 warps
     assert cute.plan(batch_size, num_kv_heads, 132, group, head_dim, False) == (
-        4, cute.num_splits_for(batch_size, num_kv_heads, 132, group))
+        4, cute.num_splits_for(batch_size, num_kv_heads, 132, group, head_dim=head_dim))
+
+
+@pytest.mark.parametrize("batch_size,want,want_before", [
+    (1, 128, 128), (2, 128, 128), (4, 66, 99), (8, 33, 49), (12, 22, 33), (16, 24, 24)])
+def test_ring4_decode_waves_leave_two_slots_per_sm(batch_size, want, want_before):
+    """GQA > 4 at head_dim 128 with 4 warps (the 4-deep ring decode build): a single wave
+    whose partials go to the merge kernel is planned for two CTAs per SM fewer (one fewer if
+    that would land on the fused tail); other head dims and GQA classes keep one fewer."""
+    assert cute.num_splits_for(batch_size, 1, 132, 8, head_dim=128) == want
+    assert cute.num_splits_for(batch_size, 1, 132, 8, head_dim=64) == want_before
+    assert cute.num_splits_for(batch_size, 1, 132, 8) == want_before
+    assert cute.num_splits_for(batch_size, 1, 132, 8, 8, 128) == cute.num_splits_for(
+        batch_size, 1, 132, 8, 8)
 
 
 def test_auto_falls_back_from_cute_on_cpu(caplog):
