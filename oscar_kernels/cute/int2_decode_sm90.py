@@ -349,26 +349,38 @@ batch 1 0.5-1.4 us faster (32K 19.4-19.6 vs 20.8-21.0 us; the same reorder in ev
 left batch 8 unchanged and llama3-70b-tp8 up to 0.4 % slower, so only this build has it;
 perf/results/2026-12-02_h200_s16_ab_re_*.txt).
 
-Resource usage (cuobjdump of the bundle's cubins, ``perf/sass_report.py``, session 16:
-perf/results/2026-12-02_sass_report_s16.txt; every kernel but the merge-CTA build
-cubin-identical to session 12's): every decode kernel 128 registers per
+Ring depth per build (session 17, ``Int2DecodeConfig.stages`` / :func:`default_stages`): a
+4-deep ring for ``decode`` (GQA > 4) at head_dim 128, 4 and 8 warps (llama3-70b-tp8 batch
+1-128 0.3-3.3 us faster, batch 256 within 0.3 %), and a separate 4-deep ring build of the
+pair kernel (``decode_pair_ring4``, 4 and 8 warps) for the shapes where it won (qwen3-8b
+batch 2-4: 16 / 8 wide splits, up to 3.9 us; batch 64: one wave of 4-warp CTAs, 2.5-3.5 %);
+the pair kernels keep 8 elsewhere (batch 8-16 / 128K 3-4 % and batch 128 / 128K 5 % slower
+at 4), and so do head_dim 64 and the any-page builds (docs/cute.md "Session 17").
+
+Resource usage (cuobjdump of the bundle's cubins, ``perf/sass_report.py``, session 17:
+perf/results/2026-12-02_sass_report_s17.txt; the 8-deep pair builds, head_dim 64 and the
+any-page builds cubin-identical to session 12's): every decode kernel 128 registers per
 thread (``decode`` D=64 124); the 4-warp builds have no stack and no spills (session 7's
 builds had 24-40 B stacks: decode_pair D=128 two LDLs in the main loop off its fast path,
 decode D=128 one LDL per two chunks on it; earlier builds up to 72 B), the wide builds small
-stacks outside the main loop (decode_pair_w8 24 B, 3 STL; decode_w8 8 B, 1 STL; no spills
-in the loop); 45,056 B dynamic smem at D=128 (ring 36,864 + q rows + q' + P tiles; the merge
-tail reuses the ring, the 4-warp builds' own output rotation the q rows), 83,968 B in the
-wide build (ring 73,728), 48,128 B in the merge-CTA build (its 4-stage ring, 36,864 B, is
-smaller than the merge staging, 37,888 B). SASS at D=128: ``decode`` 32 IMMA.16832.U8.S8 (QK) + 112
+stacks outside the main loop (decode_pair_w8 24 B, 3 STL; decode_w8 8 B, 1 STL; the
+merge-CTA build 16 B, 4 STL; decode_pair_ring4_w8 none; no spills in the loop); at D=128
+with an 8-deep ring 45,056 B dynamic smem (ring 36,864 + q rows + q' + P tiles; the merge
+tail reuses the ring, the 4-warp builds' own output rotation the q rows) and 83,968 B in
+the wide build (ring 73,728); with a 4-deep ring (18,432 / 36,864 B) the shared buffer is
+the larger of the ring and the combine / merge staging that reuse it: 20,992 B in the
+4-warp builds (29,184 B in all), 36,864 B in decode_w8 (47,104), 37,888 B in the wide pair
+builds with 64-row tail blocks (48,128). SASS at D=128: ``decode`` 32 IMMA.16832.U8.S8 (QK) + 112
 HMMA.16816 (PV, the query rotation, the output rotation in the merge tail and in the CTA,
-BF16 window chunks in two places) + 10 LDSM + 40 LDGSTS (ring and merge-tail rows) + 1
-ATOMG; ``decode_pair`` 16 IMMA + 112 HMMA + 8 LDSM + 40 LDGSTS; the wide builds 80 HMMA (no
-CTA output rotation), decode_pair_w8 40 LDGSTS (64-row tail blocks), decode_w8 32; no
-UTMALDG (see "No TMA" above). Fast path per chunk: decode_pair D=128 149.5 SASS, decode
-D=128 175.5 (178.5 in session 11: the CTA output rotation moved ptxas's allocation, a
-3-SASS gain by chance), D=64 113.5 / 131; wide builds 149.5 / 176.5 (listings identical to
-session 11's); the merge-CTA build 147.5 (its split CTAs carry no merge tail; 16 B stack,
-4 STL outside the loop; 147.0 with 8 B before session 16); merge kernels 62 / 52 registers.
+BF16 window chunks in two places) + 10 LDSM + 28 LDGSTS (ring and merge-tail rows; 40 with
+8 stages) + 1 ATOMG; ``decode_pair`` 16 IMMA + 112 HMMA + 8 LDSM + 40 LDGSTS (its ring-4
+build 28); the wide builds 80 HMMA (no CTA output rotation), decode_pair_w8 40 LDGSTS
+(64-row tail blocks), decode_w8 20, the wide ring-4 pair 28; no UTMALDG (see "No TMA"
+above). Fast path per chunk: decode_pair D=128 149.5 SASS (ring-4 build 152.0), decode
+D=128 177.0 (175.5 with 8 stages; 178.5 in session 11: the CTA output rotation moved
+ptxas's allocation), D=64 113.5 / 131; wide builds 149.5 (ring-4 150.0) / 176.0 (176.5 with
+8 stages); the merge-CTA build 147.5 (its split CTAs carry no merge tail); merge kernels
+62 / 52 registers.
 
 Debug builds: ``OSCAR_CUTE_DEBUG`` (read at import, so set it for ``aot build``) compiles in
 phase skips (timing only) or the %globaltimer trace; unset, the kernels are byte-identical
