@@ -355,11 +355,12 @@ Ring depth per build (session 17, ``Int2DecodeConfig.stages`` / :func:`default_s
 pair kernel (``decode_pair_ring4``, 4 and 8 warps) for the shapes where it won (qwen3-8b
 batch 2-4: 16 / 8 wide splits, up to 3.9 us; batch 64: one wave of 4-warp CTAs, 2.5-3.5 %);
 the pair kernels keep 8 elsewhere (batch 8-16 / 128K 3-4 % and batch 128 / 128K 5 % slower
-at 4), and so do head_dim 64 and the any-page builds (docs/cute.md "Session 17").
+at 4), and so do head_dim 64 and the any-page pair build; the any-page ``decode`` at head_dim
+128 has 4 stages too (docs/cute.md "Session 17").
 
 Resource usage (cuobjdump of the bundle's cubins, ``perf/sass_report.py``, session 17:
 perf/results/2026-12-02_sass_report_s17.txt; the 8-deep pair builds, head_dim 64 and the
-any-page builds cubin-identical to session 12's): every decode kernel 128 registers per
+any-page pair builds cubin-identical to session 12's): every decode kernel 128 registers per
 thread (``decode`` D=64 124); the 4-warp builds have no stack and no spills (session 7's
 builds had 24-40 B stacks: decode_pair D=128 two LDLs in the main loop off its fast path,
 decode D=128 one LDL per two chunks on it; earlier builds up to 72 B), the wide builds small
@@ -508,18 +509,21 @@ class Int2DecodeConfig:
 def default_stages(config: Int2DecodeConfig) -> int:
     """The ring depth of a build that does not set ``stages``: ``OSCAR_CUTE_STAGES`` when set
     (experiments), else SHALLOW_STAGES for the merge-CTA build (session 16) and for ``decode``
-    (GQA > 4) at head_dim 128 with 4 or 8 warps and pages of multiples of CHUNK tokens, else
-    DEEP_STAGES. Session 17 measured every build at 4 against 8 stages on an H200 (alternating
-    rounds, perf/results/2026-12-02_h200_s17_ab_st4_*_1ab0693.txt): llama3-70b-tp8 (GQA 8)
+    (GQA > 4) at head_dim 128 (4 or 8 warps, and the any-page build), else DEEP_STAGES.
+    Session 17 measured every build at 4 against 8 stages on an H200 (alternating rounds,
+    perf/results/2026-12-02_h200_s17_ab_st4_*_1ab0693.txt): llama3-70b-tp8 (GQA 8)
     faster at batch 1-128 (batch 8 / 64K 31.8 -> 29.9 us, batch 64 / 8K 35 -> 31.7 us) and
     within 0.3 % at batch 256; the pair builds lose at some shapes (qwen3-8b batch 8-16 / 128K
     3-4 %, batch 128 / 128K 5 %; head_dim 64 batch 32 / 128K 3 %), so they keep 8 and the
     host picks the separate ``decode_pair_ring4`` builds where those won
-    (``oscar_kernels.cute.use_ring4``). The any-page builds were not measured and keep 8."""
+    (``oscar_kernels.cute.use_ring4``). The any-page builds at 1-token pages
+    (..._s17_ab_st4_anypage_*_144aa2d.txt): ``decode_anypage`` at head_dim 128 0.4-2.8 us
+    faster at llama3-70b-tp8 batch 1-8 and 32K, within 0.5 % at batch 32-128 / 128K, so it
+    has 4 stages too; ``decode_pair_anypage`` was 3 us faster at qwen3-8b batch 1 but 20 %
+    slower at batch 2 / 128K (head_dim 64: up to 22 % slower at batch 8 / 128K) and keeps 8."""
     if _STAGES_OVERRIDE is not None:
         return int(_STAGES_OVERRIDE)
-    if config.merge_ctas or (config.head_dim == 128 and not config.pair
-                             and not config.any_page):
+    if config.merge_ctas or (config.head_dim == 128 and not config.pair):
         return SHALLOW_STAGES
     return DEEP_STAGES
 
