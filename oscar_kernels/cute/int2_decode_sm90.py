@@ -379,7 +379,8 @@ build 28); the wide builds 80 HMMA (no CTA output rotation), decode_pair_w8 40 L
 (64-row tail blocks), decode_w8 20, the wide ring-4 pair 28; no UTMALDG (see "No TMA"
 above). Fast path per chunk: decode_pair D=128 149.5 SASS (ring-4 build 152.0), decode
 D=128 177.0 (175.5 with 8 stages; 178.5 in session 11: the CTA output rotation moved
-ptxas's allocation), D=64 113.5 / 131; wide builds 149.5 (ring-4 150.0) / 176.0 (176.5 with
+ptxas's allocation), the any-page builds 168.5 / 198.5 (``decode_anypage`` with 4 stages;
+198.0 with 8), D=64 113.5 / 131; wide builds 149.5 (ring-4 150.0) / 176.0 (176.5 with
 8 stages); the merge-CTA build 147.5 (its split CTAs carry no merge tail); merge kernels
 62 / 52 registers.
 
