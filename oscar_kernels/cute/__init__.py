@@ -273,9 +273,12 @@ def use_ring4(rows: int, num_splits: int, num_sms: int, warps: int) -> bool:
     stages, alternating rounds, perf/results/2026-12-02_h200_s17_ab_st4_*_1ab0693.txt):
 
     * faster: qwen3-8b batch 2 (16 wide splits) 3.1-3.9 us per call (32K 26.2-26.5 vs
-      29.0-30.1), batch 4 (8 splits) 0-2.2 us, batch 64 (4 warps, 512 CTAs in one wave)
-      2.5-3.5 % at 8K-128K;
-    * slower, so 8 stages there: qwen3-8b batch 8-16 (4 and 2 wide splits) 3-4 % at 128K,
+      29.0-30.1), batch 3 (11 splits) 1.8-4.3 us, batch 4 (8 splits) 0-2.2 us, batch 12-13
+      (4 warps x 5 splits, one wave) 1.7-3.7 us at 8K-64K and 2.4-3 % at 128K, batch 64 (4
+      warps, 512 CTAs in one wave) 2.5-3.5 % at 8K-128K;
+    * slower, so 8 stages there: qwen3-8b batch 5-6 (6 / 5 wide splits) up to 1.8 / 5 us
+      at 64K-128K though faster at 8K (..._s17_ab_ring4_qwen_mid_1bbc8cc.txt), batch 8-16
+      (4 and 2 wide splits) 3-4 % at 128K,
       batch 128 (4 warps, two waves) 5 % at 128K though 1-3 % faster at 8K-64K; batch 32
       (one wide split) within 1 %.
 
