@@ -297,7 +297,14 @@ def main(argv=None) -> int:
                                 preset["num_qo_heads"] // spec.num_kv_heads, spec.head_dim,
                                 cute_mod.wide_available(
                                     preset["num_qo_heads"] // spec.num_kv_heads, spec.head_dim))
-                            row["cute_plan"] = f"{warps} warps x {splits} splits"
+                            # the build it launches: decode / decode_pair, or the merge-CTA
+                            # or 4-deep ring build of decode_pair (oscar_kernels.cute.launch_op)
+                            op = cute_mod.launch_op(
+                                batch, spec.num_kv_heads,
+                                preset["num_qo_heads"] // spec.num_kv_heads, spec.head_dim,
+                                warps, splits, torch.device("cuda"),
+                                any_page=spec.page_size % cute_mod.CHUNK != 0)
+                            row["cute_plan"] = f"{warps} warps x {splits} splits, {op}"
                         except Exception as exc:  # noqa: BLE001 - unavailable or unsupported
                             row["cute_note"] = f"{type(exc).__name__}: {str(exc)[:160]}"
                     del case, out

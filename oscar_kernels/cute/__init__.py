@@ -278,9 +278,8 @@ def use_ring4(rows: int, num_splits: int, num_sms: int, warps: int) -> bool:
       warps, 512 CTAs in one wave) 2.5-3.5 % at 8K-128K;
     * slower, so 8 stages there: qwen3-8b batch 5-6 (6 / 5 wide splits) up to 1.8 / 5 us
       at 64K-128K though faster at 8K (..._s17_ab_ring4_qwen_mid_1bbc8cc.txt), batch 8-16
-      (4 and 2 wide splits) 3-4 % at 128K,
-      batch 128 (4 warps, two waves) 5 % at 128K though 1-3 % faster at 8K-64K; batch 32
-      (one wide split) within 1 %.
+      (4 and 2 wide splits) 3-4 % at 128K, batch 128 (4 warps, two waves) 5 % at 128K
+      though 1-3 % faster at 8K-64K; batch 32 (one wide split) within 1 %.
 
     Lengths are not known to the plan, so the rule follows the batch shape only (``num_sms``
     is read for 4 warps only). The merge-CTA build, when it runs, has a 4-deep ring of its
