@@ -18,10 +18,12 @@ import; loading a library needs ``libcudart.so.13`` (import torch first, it load
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib.util
 import json
 import logging
 import os
+import stat
 import threading
 from typing import Callable
 
@@ -67,7 +69,10 @@ def kernel_name(op: str, head_dim: int, warps: int = 4) -> str:
             "merge": f"int2_decode_merge_sm90_d{head_dim}"}[op]
 
 
+@functools.lru_cache(maxsize=None)
 def cutlass_available() -> bool:
+    """Whether ``nvidia-cutlass-dsl`` is importable (looked up once per process: every
+    decode call asks, through :func:`mode`)."""
     return importlib.util.find_spec("cutlass") is not None
 
 
@@ -79,11 +84,30 @@ def mode() -> str:
     return "jit" if cutlass_available() else "bundle"
 
 
+#: manifest.json path -> ((mtime_ns, size, inode), parsed manifest, has_kernel answers):
+#: every decode call asks which builds exist, so a file is parsed again only when it changed
+_manifests: dict[str, tuple[tuple[int, int, int], dict, dict]] = {}
+
+
 def read_manifest(path: str | None = None) -> dict:
-    """Parse and check ``manifest.json`` of a bundle; raise BackendUnavailableError."""
+    """Parse and check ``manifest.json`` of a bundle (cached until the file changes; the
+    returned dict is shared, do not modify it); raise BackendUnavailableError."""
+    return _manifest_entry(path)[1]
+
+
+def _manifest_entry(path: str | None = None) -> tuple:
+    """``(stat key, manifest, has_kernel memo)`` of a bundle's checked ``manifest.json``."""
     path = path or bundle_dir()
     mf = os.path.join(path, "manifest.json")
-    if not os.path.isfile(mf):
+    try:
+        st = os.stat(mf)
+    except OSError:
+        st = None
+    if st is not None:
+        hit = _manifests.get(mf)
+        if hit is not None and hit[0] == (st.st_mtime_ns, st.st_size, st.st_ino):
+            return hit
+    if st is None or not stat.S_ISREG(st.st_mode):
         raise BackendUnavailableError(
             f"no CuTe bundle at {path!r} (manifest.json missing) and nvidia-cutlass-dsl is not "
             "installed; build one with `python -m oscar_kernels.cute.aot build`")
@@ -99,7 +123,8 @@ def read_manifest(path: str | None = None) -> dict:
     kernels = manifest.get("kernels")
     if not isinstance(kernels, dict):
         raise BackendUnavailableError(f"CuTe bundle {mf!r}: 'kernels' is not an object")
-    return manifest
+    entry = _manifests[mf] = ((st.st_mtime_ns, st.st_size, st.st_ino), manifest, {})
+    return entry
 
 
 def available_head_dims() -> tuple[int, ...]:
@@ -128,11 +153,17 @@ def has_kernel(op: str, head_dim: int, warps: int = 4) -> bool:
             return head_dim == 128 and warps in (4, 8)
         return warps == 4 or (warps == 8 and head_dim == 128 and op in ("decode", "decode_pair"))
     try:
-        entry = read_manifest()["kernels"].get(kernel_name(op, head_dim, warps))
+        _, manifest, memo = _manifest_entry()
     except BackendUnavailableError:
         return False
-    return (entry is not None and entry.get("warps", 4) == warps
+    key = (op, head_dim, warps)
+    found = memo.get(key)
+    if found is None:   # once per manifest version (a library deleted later fails to load)
+        entry = manifest["kernels"].get(kernel_name(op, head_dim, warps))
+        found = memo[key] = (
+            entry is not None and entry.get("warps", 4) == warps
             and os.path.isfile(os.path.join(bundle_dir(), str(entry.get("library", "")))))
+    return found
 
 
 def _load_bundle_kernel(op: str, head_dim: int, warps: int) -> Callable:

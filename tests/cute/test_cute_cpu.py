@@ -105,6 +105,28 @@ def test_missing_or_bad_bundle_is_a_typed_error(tmp_path, monkeypatch):
         _bundle.available_head_dims()
 
 
+def test_manifest_is_read_again_only_when_it_changes(tmp_path, monkeypatch):
+    """Every decode call asks which builds exist: the manifest is parsed once per version of
+    the file (one stat per call), and has_kernel follows a rewritten manifest."""
+    monkeypatch.setenv("OSCAR_CUTE_BUNDLE", str(tmp_path))
+    monkeypatch.setenv("OSCAR_CUTE_MODE", "bundle")
+    (tmp_path / "libx.so").write_bytes(b"")
+
+    def write(kernels):
+        (tmp_path / "manifest.json").write_text(json.dumps(
+            {"bundle_format": _bundle.BUNDLE_FORMAT, "kernels": kernels}))
+
+    name = _bundle.kernel_name("decode_pair_ring4", 128, 8)
+    write({name: {"op": "decode_pair_ring4", "head_dim": 128, "warps": 8, "library": "libx.so"}})
+    first = _bundle.read_manifest()
+    assert _bundle.read_manifest() is first                       # cached
+    assert _bundle.has_kernel("decode_pair_ring4", 128, 8)
+    assert not _bundle.has_kernel("decode_pair_ring4", 128, 4)
+    write({})                                                      # a rebuilt bundle
+    assert _bundle.read_manifest() is not first
+    assert not _bundle.has_kernel("decode_pair_ring4", 128, 8)
+
+
 def test_mode_can_be_forced(monkeypatch):
     monkeypatch.setenv("OSCAR_CUTE_MODE", "bundle")
     assert _bundle.mode() == "bundle"
