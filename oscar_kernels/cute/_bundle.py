@@ -131,16 +131,19 @@ def available_head_dims() -> tuple[int, ...]:
     """Head dims with a kernel in this process (raises BackendUnavailableError if none)."""
     if mode() == "jit":
         return (64, 128)
-    manifest = read_manifest()
-    found: dict[int, set] = {}
-    for name, entry in manifest["kernels"].items():
-        lib = os.path.join(bundle_dir(), str(entry.get("library", "")))
-        if entry.get("op") in OPS and entry.get("warps", 4) == 4 and os.path.isfile(lib):
-            found.setdefault(int(entry["head_dim"]), set()).add(entry["op"])
-    dims = [d for d, ops in found.items() if set(CORE_OPS) <= ops]
+    _, manifest, memo = _manifest_entry()
+    dims = memo.get("head_dims")
+    if dims is None:    # once per manifest version (every op call asks, via can_implement)
+        found: dict[int, set] = {}
+        for name, entry in manifest["kernels"].items():
+            lib = os.path.join(bundle_dir(), str(entry.get("library", "")))
+            if entry.get("op") in OPS and entry.get("warps", 4) == 4 and os.path.isfile(lib):
+                found.setdefault(int(entry["head_dim"]), set()).add(entry["op"])
+        dims = memo["head_dims"] = tuple(sorted(d for d, ops in found.items()
+                                                if set(CORE_OPS) <= ops))
     if not dims:
         raise BackendUnavailableError(f"CuTe bundle {bundle_dir()!r} holds no decode kernel")
-    return tuple(sorted(dims))
+    return dims
 
 
 def has_kernel(op: str, head_dim: int, warps: int = 4) -> bool:

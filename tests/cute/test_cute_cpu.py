@@ -107,7 +107,7 @@ def test_missing_or_bad_bundle_is_a_typed_error(tmp_path, monkeypatch):
 
 def test_manifest_is_read_again_only_when_it_changes(tmp_path, monkeypatch):
     """Every decode call asks which builds exist: the manifest is parsed once per version of
-    the file (one stat per call), and has_kernel follows a rewritten manifest."""
+    the file (one stat per call), and has_kernel / available_head_dims follow a rewrite."""
     monkeypatch.setenv("OSCAR_CUTE_BUNDLE", str(tmp_path))
     monkeypatch.setenv("OSCAR_CUTE_MODE", "bundle")
     (tmp_path / "libx.so").write_bytes(b"")
@@ -122,9 +122,13 @@ def test_manifest_is_read_again_only_when_it_changes(tmp_path, monkeypatch):
     assert _bundle.read_manifest() is first                       # cached
     assert _bundle.has_kernel("decode_pair_ring4", 128, 8)
     assert not _bundle.has_kernel("decode_pair_ring4", 128, 4)
-    write({})                                                      # a rebuilt bundle
+    with pytest.raises(BackendUnavailableError, match="no decode kernel"):
+        _bundle.available_head_dims()
+    write({_bundle.kernel_name(op, 64): {"op": op, "head_dim": 64, "library": "libx.so"}
+           for op in _bundle.CORE_OPS})                            # a rebuilt bundle
     assert _bundle.read_manifest() is not first
     assert not _bundle.has_kernel("decode_pair_ring4", 128, 8)
+    assert _bundle.available_head_dims() == (64,)
 
 
 def test_mode_can_be_forced(monkeypatch):
