@@ -52,6 +52,9 @@ CAPPED_MIN_FILL = 7 / 8
 MERGE_CTA_MIN_SPLITS = 16
 #: Splits from which a wide pair call runs the 4-deep ring build (see :func:`use_ring4`)
 RING4_MIN_SPLITS = 8
+#: Depths of each warp's cp.async ring (chunks in flight per warp): see :func:`ring_depth`
+DEEP_STAGES = 8
+SHALLOW_STAGES = 4
 HEAD_DIMS = (64, 128)
 #: A BF16 window chunk in INT2 chunks when the kernel balances its warps' ranges (warp w runs
 #: window chunks w, w + warps * num_splits, ..; its INT2 range is shorter by this much per
@@ -155,6 +158,16 @@ def can_implement(op: str, *, device, spec, num_qo_heads: int, dtype,
             f"before the any-page build), got {spec.page_size}")
 
 
+def ring_depth(head_dim: int, pair: bool, merge_ctas: bool = False) -> int:
+    """The cp.async ring depth of a decode build that does not set its own
+    (``Int2DecodeConfig.stages`` 0; the kernel's ``default_stages``, which also honours the
+    ``OSCAR_CUTE_STAGES`` experiment switch): SHALLOW_STAGES for the merge-CTA build
+    (session 16) and for ``decode`` (GQA > 4) at head_dim 128 (4 or 8 warps, also any-page;
+    session 17), else DEEP_STAGES. The pair kernel's 4-deep builds (``decode_pair_ring4``)
+    set theirs; :func:`use_ring4` picks them. The measurements are in ``default_stages``."""
+    return SHALLOW_STAGES if merge_ctas or (head_dim == 128 and not pair) else DEEP_STAGES
+
+
 def num_splits_for(batch_size: int, num_kv_heads: int, num_sms: int, group: int = 1,
                    warps: int = 4, head_dim: int | None = None) -> int:
     """CTAs per (sequence, KV head) for CTAs of ``warps`` warps: as many as fit in one wave
@@ -194,7 +207,8 @@ def num_splits_for(batch_size: int, num_kv_heads: int, num_sms: int, group: int 
     if waves / math.ceil(waves) < WAVE_FILL:   # the last wave would stay too empty
         want = max(want + 1, math.ceil(4 * slots / rows))
     elif want * group > FUSED_TAIL_ROWS:      # one wave, partials through the merge kernel
-        ring4_decode = warps == 4 and head_dim == 128 and group > PAIR_MAX_GROUP
+        ring4_decode = (warps == 4 and group > PAIR_MAX_GROUP and head_dim is not None
+                        and ring_depth(head_dim, pair=False) == SHALLOW_STAGES)
         for free in (2, 1) if ring4_decode else (1,):
             light = max(1, (per_sm - free) * num_sms // rows)
             if light * group > FUSED_TAIL_ROWS:

@@ -413,7 +413,7 @@ from cutlass import Float32, Int32, Int64
 # build's split shares by dispatch rank.
 from . import (CHUNK, CTA_WARPS, FUSED_TAIL_ROWS, MAX_GROUP, MAX_SPLITS, RANK0_WEIGHT,
                RANK_MAX_SPLITS, RANK_MIN_CHUNKS, RANK_WEIGHT, SM_WARPS, TRACE_OFFSET,
-               TRACE_WARP_OFFSET, WINDOW_CHUNK_COST)
+               TRACE_WARP_OFFSET, WINDOW_CHUNK_COST, ring_depth)
 #: head_dim whose QK runs on the int8 tensor cores (``mma.m16n8k32.u8.s8``): each K code
 #: byte holds its four 2-bit fields at bits 0-1, 2-3, 4-5, 6-7; ``w * 4^(3-i) & 0xC0C0C0C0``
 #: (one IMAD on the FMA pipe, one LOP3) is 64 x the field of quarter i in every byte, so one
@@ -434,11 +434,6 @@ NUM_PTR_ARGS = 18
 NUM_INT_ARGS = 18
 #: Sleep between a merge CTA's polls of its counter (ns; ``nanosleep`` is approximate).
 MERGER_SLEEP_NS = 100
-#: Depth of each warp's cp.async ring (chunks in flight per warp) of a build whose config
-#: leaves ``stages`` at 0 (see :func:`default_stages`): DEEP_STAGES, or SHALLOW_STAGES for
-#: the merge-CTA build (session 16) and the GQA > 4 builds at head_dim 128 (session 17)
-DEEP_STAGES = 8
-SHALLOW_STAGES = 4
 #: Experiments only (read at import, like _DEBUG): every build's default depth
 _STAGES_OVERRIDE = os.environ.get("OSCAR_CUTE_STAGES")
 if _STAGES_OVERRIDE is not None and not (
@@ -509,8 +504,9 @@ class Int2DecodeConfig:
 
 def default_stages(config: Int2DecodeConfig) -> int:
     """The ring depth of a build that does not set ``stages``: ``OSCAR_CUTE_STAGES`` when set
-    (experiments), else SHALLOW_STAGES for the merge-CTA build (session 16) and for ``decode``
-    (GQA > 4) at head_dim 128 (4 or 8 warps, and the any-page build), else DEEP_STAGES.
+    (experiments), else :func:`oscar_kernels.cute.ring_depth` (the host plans with the same
+    rule): 4 for the merge-CTA build (session 16) and for ``decode`` (GQA > 4) at head_dim 128
+    (4 or 8 warps, and the any-page build), else 8.
     Session 17 measured every build at 4 against 8 stages on an H200 (alternating rounds,
     perf/results/2026-12-02_h200_s17_ab_st4_*_1ab0693.txt): llama3-70b-tp8 (GQA 8)
     faster at batch 1-128 (batch 8 / 64K 31.8 -> 29.9 us, batch 64 / 8K 35 -> 31.7 us) and
@@ -524,9 +520,7 @@ def default_stages(config: Int2DecodeConfig) -> int:
     slower at batch 2 / 128K (head_dim 64: up to 22 % slower at batch 8 / 128K) and keeps 8."""
     if _STAGES_OVERRIDE is not None:
         return int(_STAGES_OVERRIDE)
-    if config.merge_ctas or (config.head_dim == 128 and not config.pair):
-        return SHALLOW_STAGES
-    return DEEP_STAGES
+    return ring_depth(config.head_dim, config.pair, config.merge_ctas)
 
 
 # ------------------------------------------------------------------ PTX helpers
