@@ -443,8 +443,9 @@ if _STAGES_OVERRIDE is not None and not (
 #: Debug builds only (read when the module is imported, so set it for ``aot build``): a
 #: comma-separated list of phases to leave out -- ``rot`` (query rotation), ``loop`` (INT2
 #: chunks), ``win`` (BF16 window chunks), ``tail`` (split merge), ``merge`` (the merge after
-#: the ticket), ``fence``, ``sums`` (the merge tail's per-split sums) -- (results are
-#: wrong: for timing what each phase adds), and/or
+#: the ticket), ``fence``, ``sums`` (the merge tail's per-split sums), ``nocons`` (the INT2
+#: loop's copies and waits without its math), ``noload`` (its math without the copies, on
+#: whatever the ring holds) -- (results are wrong: for timing what each phase adds), and/or
 #: ``trace``: thread 0 of every CTA stores %globaltimer at its phase boundaries into the
 #: ticket buffer (``OSCAR_CUTE_TRACE=1`` makes the host allocate room; read by
 #: perf/trace_decode.py), with ``pro`` also when the CTA's prologue loads had arrived
@@ -1268,6 +1269,8 @@ class Int2PagedDecodeSm90:
                 _cp_commit()
                 for u in cutlass.range_constexpr(2):   # the next pair's rows, a pair ahead
                     pg[2 * u], pg[2 * u + 1] = self._page_row_any(j + 2 + u, geo, lane)
+            elif cutlass.const_expr("noload" in _DEBUG):
+                _cp_commit()   # debug: no copies (the math runs on what the ring holds)
             else:
                 self._issue_block_pair(j, pt, n_mine, smem_warp, lc, indices_ptr, p_begin,
                                        npages, page_size, stride_page, stride_slot, head_row,
@@ -1281,8 +1284,9 @@ class Int2PagedDecodeSm90:
                         if i == 8 * k:
                             _trace(counter_ptr, cta, 11 + k, tidx)
             sbase = smem_warp + (i & (self.stages - 1)) * self.stage_bytes
-            self._consume_pair(sbase, (ia + w_begin + i) * CHUNK, sink, end_w, qa, qh, acc, st,
-                               scale_log2, quad, g, p_st, p_ld, v_ld)
+            if cutlass.const_expr("nocons" not in _DEBUG):   # debug: copies only
+                self._consume_pair(sbase, (ia + w_begin + i) * CHUNK, sink, end_w, qa, qh,
+                                   acc, st, scale_log2, quad, g, p_st, p_ld, v_ld)
             _syncwarp()
         _cp_wait(0)
         _trace(counter_ptr, cta, 2, tidx)
