@@ -15,7 +15,9 @@ merge. Build a bundle with the trace stores first (they are compiled out otherwi
 A bundle built with ``OSCAR_CUTE_DEBUG=trace,pro`` also stamps when each CTA's prologue
 loads arrived (geometry, first page id, ``R_K`` operand, q) and when its query rotation was
 done ("prologue:" rows, from the CTA's own start); one built with ``trace,ramp`` (run with
-``--ramp``) when warp 0's INT2 chunks 0, 8, 16 and 24 had arrived ("ramp:" rows).
+``--ramp``) when warp 0's INT2 chunks 0, 8, 16 and 24 had arrived ("ramp:" rows); one
+built with ``trace,clk`` (run with ``--clock``) the SM's ``%clock64`` at each CTA's INT2-loop
+start and end (the "SM clock in the INT2 loop" row: cycles over timer nanoseconds).
 ``--plan WARPS:SPLITS[:mc]`` traces another plan than the shipped one (as
 perf/split_sweep_graph.py).
 
@@ -86,7 +88,7 @@ def sm_idle(end: torch.Tensor, sm: torch.Tensor) -> dict:
 
 def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
                graph: bool = True, write_flush: bool = False, plan: str = "auto",
-               ramp: bool = False) -> dict:
+               ramp: bool = False, clock: bool = False) -> dict:
     from oscar_kernels import CacheSpec, LayerRotation, cute, ops
     from oscar_kernels.cute.bench import MODELS, make_cache
     from oscar_kernels.cute import RANK_MAX_SPLITS, TRACE_OFFSET, TRACE_WARP_OFFSET
@@ -199,10 +201,20 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
                 row[name] = _stats(edges[:, k + 1] - edges[:, k])
             row["merge CTA: last count"] = _stats(last_count[ok])
             row["merge CTA: o' fragments done"] = _stats(mc[ok, 2])
+    # OSCAR_CUTE_DEBUG=trace,clk builds: %clock64 at the INT2 loop's start and end (slots
+    # 11, 12): the SM clock over each CTA's loop (cycles / globaltimer ns)
+    if clock:
+        cyc = (slots16[:, 12] - slots16[:, 11]).double()
+        ns = (slots[:, 2] - slots[:, 1]).double()
+        ok = (slots16[:, 11] != 0) & (slots16[:, 12] != 0) & (ns > 2000)
+        if not int(ok.sum()):
+            raise RuntimeError("no clock stamps: is OSCAR_CUTE_BUNDLE an "
+                               "OSCAR_CUTE_DEBUG=trace,clk build?")
+        row["SM clock in the INT2 loop (MHz)"] = _stats(1e3 * cyc[ok] / ns[ok])
     # OSCAR_CUTE_DEBUG=trace,pro builds: stamps 11-15, when the CTA's prologue loads had
     # arrived (geometry, first page id, R_K operand, q) and its query rotation was done
     pro = slots16[:, 11:16].double()
-    if int((pro[:, 0] != 0).sum()):
+    if int((pro[:, 0] != 0).sum()) and not clock:
         pro = torch.where(slots16[:, 11:16] == 0, torch.full_like(pro, float("nan")), pro)
         pro = (pro - slots[:, 0:1].double()) / 1e3        # us since the CTA's own start
         for k, name in enumerate(RAMP if ramp else PROLOGUE):
@@ -286,6 +298,9 @@ def main(argv=None) -> int:
                     "(perf/split_sweep_graph.py's plans), 'auto' the shipped plan")
     ap.add_argument("--ramp", action="store_true", help="the bundle is an "
                     "OSCAR_CUTE_DEBUG=trace,ramp build (stamps 11-14: warp 0's chunk arrivals)")
+    ap.add_argument("--clock", action="store_true", help="the bundle is an "
+                    "OSCAR_CUTE_DEBUG=trace,clk build (slots 11-12: %%clock64 at the INT2 loop's "
+                    "start and end): print the SM clock over each CTA's loop")
     ap.add_argument("--write-flush", action="store_true", help="flush L2 by writing the "
                     "flush buffer (dirty lines) instead of reading it")
     a = ap.parse_args(argv)
@@ -293,7 +308,7 @@ def main(argv=None) -> int:
     for b in a.batch:
         for n in a.context:
             row = trace_call(a.model, b, n, graph=not a.eager, write_flush=a.write_flush,
-                             plan=a.plan, ramp=a.ramp)
+                             plan=a.plan, ramp=a.ramp, clock=a.clock)
             rows.append(row)
             print(f"{a.model} batch {b} context {n} (plan {a.plan}): {row['warps']} warps, "
                   f"{row['splits']} splits, {row['ctas']} CTAs, call {row['event_us']:.1f} us "
@@ -302,7 +317,8 @@ def main(argv=None) -> int:
             tail_parts = [k for k in row if k.startswith(("tail: ", "merge CTA: "))]
             for k in (["start"] + [p for p in PROLOGUE + RAMP if p in row]
                       + [p[0] for p in PHASES]
-                      + ["merge tail (last CTA)"] + tail_parts + ["end"]):
+                      + ["merge tail (last CTA)"] + tail_parts + ["end"]
+                  + (["SM clock in the INT2 loop (MHz)"] if a.clock else [])):
                 v = row[k]
                 cols = ("min", "med", "p90", "max")
                 print(f"  {k:22s} " + ("  ".join(f"{s} {v[s]:7.2f}" for s in cols) if v else "-"))

@@ -450,11 +450,17 @@ if _STAGES_OVERRIDE is not None and not (
 #: ticket buffer (``OSCAR_CUTE_TRACE=1`` makes the host allocate room; read by
 #: perf/trace_decode.py), with ``pro`` also when the CTA's prologue loads had arrived
 #: (stamps 11-15) or with ``ramp`` when warp 0's INT2 chunks 0, 8, 16 and 24 had (11-14;
-#: ``trace_decode.py --ramp``). Unset (the shipped bundle), the kernels are byte-identical
+#: ``trace_decode.py --ramp``) or with ``clk`` the SM's ``%clock64`` at the INT2 loop's start
+#: and end (11-12; ``trace_decode.py --clock``: the SM clock over the loop). Unset (the
+#: shipped bundle), the kernels are byte-identical
 #: to a build without these switches.
 _DEBUG = frozenset(x for x in os.environ.get("OSCAR_CUTE_DEBUG", "").split(",") if x)
 _PRO = "trace" in _DEBUG and "pro" in _DEBUG
 _RAMP = "trace" in _DEBUG and "ramp" in _DEBUG and not _PRO
+_CLK = "trace" in _DEBUG and "clk" in _DEBUG
+if _CLK and (_PRO or _RAMP):
+    raise ValueError("OSCAR_CUTE_DEBUG: clk, pro and ramp use the same trace slots (11-15); "
+                     f"got {sorted(_DEBUG)}")
 
 
 @dataclass(frozen=True)
@@ -2563,6 +2569,9 @@ def _trace(counter_ptr, cta, k: int, tidx):
         _ptx("{ .reg .pred p; setp.eq.s32 p, {$r2}, 0; "
              "@p st.global.u64 [{$r0}], {$r3}; @p st.global.u32 [{$r1}], {$r4}; }", [],
              [slot + k * 8, slot + 56, tidx, cute.arch.globaltimer(), cute.arch.smid()])
+        if _CLK and k in (1, 2):   # trace,clk: %clock64 too at the INT2 loop's ends (11, 12)
+            _ptx("{ .reg .pred p; setp.eq.s32 p, {$r1}, 0; @p st.global.u64 [{$r0}], {$r2}; }",
+                 [], [slot + (10 + k) * 8, tidx, cute.arch.clock64()])
 
 
 def _trace_warp(counter_ptr, cw, k: int, lane):
