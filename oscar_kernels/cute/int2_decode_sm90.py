@@ -445,7 +445,8 @@ if _STAGES_OVERRIDE is not None and not (
 #: chunks), ``win`` (BF16 window chunks), ``tail`` (split merge), ``merge`` (the merge after
 #: the ticket), ``fence``, ``sums`` (the merge tail's per-split sums), ``nocons`` (the INT2
 #: loop's copies and waits without its math), ``noload`` (its math without the copies, on
-#: whatever the ring holds) -- (results are wrong: for timing what each phase adds), and/or
+#: whatever the ring holds; page sizes that are multiples of 16) -- (results are wrong: for
+#: timing what each phase adds), and/or
 #: ``trace``: thread 0 of every CTA stores %globaltimer at its phase boundaries into the
 #: ticket buffer (``OSCAR_CUTE_TRACE=1`` makes the host allocate room; read by
 #: perf/trace_decode.py), with ``pro`` also when the CTA's prologue loads had arrived
