@@ -48,6 +48,28 @@ _ARGTYPES = {
 OPS = tuple(_ARGTYPES)
 #: the ops a head_dim needs to count as available (the any-page ones are optional)
 CORE_OPS = ("decode", "decode_pair", "merge")
+#: ops that also have a wide build (8 warps per CTA) at head_dim 128; decode_pair_mc has
+#: only that one, decode_pair_ring4 exists at head_dim 128 only
+_WIDE_OPS = ("decode", "decode_pair", "decode_pair_mc", "decode_pair_ring4")
+
+
+def build_options(op: str, head_dim: int, warps: int = 4) -> dict | None:
+    """``Int2DecodeConfig`` keyword arguments of the build that runs ``op`` for ``head_dim``
+    with CTAs of ``warps`` warps, or None where there is none. The one list of builds: what
+    ``python -m oscar_kernels.cute.aot build`` bundles (for each head_dim it is given) and
+    what JIT mode compiles. (``merge`` is compiled from its decode's config.)"""
+    if op not in _ARGTYPES:
+        return None
+    if warps == 8:
+        if head_dim != 128 or op not in _WIDE_OPS:
+            return None
+    elif warps != 4 or op == "decode_pair_mc":
+        return None
+    if op == "decode_pair_ring4" and head_dim != 128:
+        return None
+    return {"head_dim": head_dim, "pair": op.startswith("decode_pair"), "warps": warps,
+            "any_page": op.endswith("_anypage"), "merge_ctas": op == "decode_pair_mc",
+            "stages": 4 if op == "decode_pair_ring4" else 0}
 
 _lock = threading.Lock()
 _cache: dict[str, Callable] = {}
@@ -150,11 +172,7 @@ def has_kernel(op: str, head_dim: int, warps: int = 4) -> bool:
     """Whether this process can run ``op`` for ``head_dim`` with CTAs of ``warps`` warps
     (JIT: every valid combination; a bundle: what its manifest lists)."""
     if mode() == "jit":
-        if op == "decode_pair_mc":
-            return warps == 8 and head_dim == 128
-        if op == "decode_pair_ring4":
-            return head_dim == 128 and warps in (4, 8)
-        return warps == 4 or (warps == 8 and head_dim == 128 and op in ("decode", "decode_pair"))
+        return build_options(op, head_dim, warps) is not None
     try:
         _, manifest, memo = _manifest_entry()
     except BackendUnavailableError:
@@ -204,9 +222,11 @@ def _load_jit_kernel(op: str, head_dim: int, warps: int) -> Callable:
 
     from .int2_decode_sm90 import Int2DecodeConfig, compile_decode, compile_merge
 
-    cfg = Int2DecodeConfig(head_dim=head_dim, pair=op.startswith("decode_pair"), warps=warps,
-                           any_page=op.endswith("_anypage"), merge_ctas=op == "decode_pair_mc",
-                           stages=4 if op == "decode_pair_ring4" else 0)
+    options = build_options(op, head_dim, warps)
+    if options is None:
+        raise BackendUnavailableError(f"no CuTe build of {op!r} for head_dim {head_dim} with "
+                                      f"{warps} warps per CTA")
+    cfg = Int2DecodeConfig(**options)
     compiled = (compile_merge if op == "merge" else compile_decode)(cfg)
 
     def launch(*args) -> None:

@@ -32,8 +32,8 @@ import os
 import subprocess
 import sys
 
-BUNDLE_FORMAT = 3     # oscar_kernels.cute._bundle.BUNDLE_FORMAT says what changed
-HEAD_DIMS = (64, 128)
+from . import CTA_WARPS, HEAD_DIMS
+from ._bundle import BUNDLE_FORMAT, OPS, build_options
 
 
 def _runtime_lib() -> str:
@@ -97,32 +97,18 @@ def build(out_dir: str, cuda_home: str, head_dims=HEAD_DIMS) -> dict:
             os.remove(os.path.join(out_dir, f))
     kernels = {}
     for d in head_dims:
-        cfg = Int2DecodeConfig(head_dim=d)
-        pair = Int2DecodeConfig(head_dim=d, pair=True)
-        builds = [("decode", cfg.name, compile_decode, cfg),
-                  ("decode_pair", pair.name, compile_decode, pair),
-                  ("merge", cfg.merge_name, compile_merge, cfg)]
-        if d == 128:   # the pair kernel with a 4-deep ring (oscar_kernels.cute.use_ring4)
-            ring4 = Int2DecodeConfig(head_dim=d, pair=True, stages=4)
-            builds.append(("decode_pair_ring4", ring4.name, compile_decode, ring4))
-        # pages of any size (not a multiple of 16 tokens), 4 warps per CTA
-        for op, c in (("decode_anypage", Int2DecodeConfig(head_dim=d, any_page=True)),
-                      ("decode_pair_anypage",
-                       Int2DecodeConfig(head_dim=d, pair=True, any_page=True))):
-            builds.append((op, c.name, compile_decode, c))
-        if d == 128:   # the wide build: 8 warps per CTA (oscar_kernels.cute.plan)
-            for op, c in (("decode", Int2DecodeConfig(head_dim=d, warps=8)),
-                          ("decode_pair", Int2DecodeConfig(head_dim=d, pair=True, warps=8)),
-                          ("decode_pair_mc", Int2DecodeConfig(head_dim=d, pair=True, warps=8,
-                                                              merge_ctas=True)),
-                          ("decode_pair_ring4", Int2DecodeConfig(head_dim=d, pair=True, warps=8,
-                                                                 stages=4))):
-                builds.append((op, c.name, compile_decode, c))
-        for op, name, fn, c in builds:
-            fn(c).export_to_c(out_dir, name)
-            lib = _link(out_dir, name, cuda_home)
-            kernels[name] = {"op": op, "head_dim": d, "library": os.path.basename(lib),
-                             "arch": "sm_90a", "warps": c.warps}
+        for warps in CTA_WARPS:
+            for op in OPS:   # every build of _bundle.build_options (the JIT mode's too)
+                options = build_options(op, d, warps)
+                if options is None:
+                    continue
+                c = Int2DecodeConfig(**options)
+                name = c.merge_name if op == "merge" else c.name
+                (compile_merge if op == "merge" else compile_decode)(c).export_to_c(out_dir,
+                                                                                    name)
+                lib = _link(out_dir, name, cuda_home)
+                kernels[name] = {"op": op, "head_dim": d, "library": os.path.basename(lib),
+                                 "arch": "sm_90a", "warps": c.warps}
     import cutlass  # noqa: F401  (version for the manifest)
     from importlib.metadata import version
 

@@ -82,6 +82,32 @@ def test_prebuilt_bundle_has_every_op_per_head_dim(monkeypatch):
     assert cute.PAIR_MAX_GROUP == 4   # the pair kernel holds the heads in MMA columns 0-3
 
 
+def test_build_options_list_exactly_the_bundled_builds(monkeypatch):
+    """_bundle.build_options is the one list of builds (aot build, JIT mode, has_kernel's JIT
+    answer): exactly the (op, head_dim, warps) of the shipped bundle, each under the name the
+    loader looks up, with the ring depth and flags its op names."""
+    monkeypatch.delenv("OSCAR_CUTE_BUNDLE", raising=False)
+    kernels = _bundle.read_manifest()["kernels"]
+    listed = {(op, d, w) for op in _bundle.OPS for d in (64, 128) for w in cute.CTA_WARPS
+              if _bundle.build_options(op, d, w) is not None}
+    assert listed == {(e["op"], e["head_dim"], e["warps"]) for e in kernels.values()}
+    for op, d, w in listed:
+        assert _bundle.kernel_name(op, d, w) in kernels
+    assert _bundle.build_options("decode_pair_ring4", 128, 8) == {
+        "head_dim": 128, "pair": True, "warps": 8, "any_page": False, "merge_ctas": False,
+        "stages": 4}
+    assert _bundle.build_options("decode_anypage", 64)["any_page"]
+    assert _bundle.build_options("decode_pair_mc", 128, 8)["merge_ctas"]
+    for bad in (("decode_pair_mc", 128, 4), ("decode_pair_ring4", 64, 4), ("decode", 64, 8),
+                ("merge", 128, 8), ("decode_anypage", 128, 8), ("decode", 128, 16),
+                ("prefill", 128, 4)):
+        assert _bundle.build_options(*bad) is None
+    monkeypatch.setattr(_bundle, "mode", lambda: "jit")
+    for op in _bundle.OPS:
+        for w in cute.CTA_WARPS:
+            assert _bundle.has_kernel(op, 128, w) == ((op, 128, w) in listed)
+
+
 def test_missing_or_bad_bundle_is_a_typed_error(tmp_path, monkeypatch):
     monkeypatch.setenv("OSCAR_CUTE_BUNDLE", str(tmp_path))
     monkeypatch.setenv("OSCAR_CUTE_MODE", "bundle")
