@@ -320,7 +320,11 @@ INT2 chunks claimed in pairs with atomics by the warps that run out first, in a 
 that loop's cold code; balanced the SMs better but 2-8 % slower at batch 8-128, 13-20 % at
 batch 1, docs/cute.md "Session 14"); session 15: a 16-deep ring (``OSCAR_CUTE_STAGES``; batch
 1 10-13 % slower), 24-32 wide splits at batch 1 (15-20 % slower) and a merge CTA folding
-partials in as they arrive (3.4-4.2 us slower; docs/cute.md "Session 15").
+partials in as they arrive (3.4-4.2 us slower; docs/cute.md "Session 15"); session 19: 1-8
+producer warps per CTA issuing the math warps' copies into mbarrier rings (the math loop
+129-131.5 instead of 147.5-149.5 SASS per chunk, but one 12-warp CTA per SM: qwen3-8b batch 1
+0.6-28 us slower at 32K-128K; docs/cute.md "Session 19", the patch in
+perf/results/2026-12-02_session19_variants/).
 
 Session 9, the wide build (8 warps per CTA, 2 CTAs per SM, head_dim 128; 05e0397): in a
 single wave every CTA starts, rotates its query, combines its warps and stores its partials
