@@ -483,6 +483,33 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
     return steps, result
 
 
+def unmasked_k_query(q):
+    """The int8 QK's query for *unmasked* K operands (head_dim 128): ``q[i][j]`` is the
+    query element of channel quarter ``i`` in byte ``j`` (0-3) of one 32-bit code word;
+    returns ``Q[i][j]`` such that, with the operands ``u_i = w * 4^(3 - i) mod 2^32`` (no
+    ``& 0xC0C0C0C0``: byte ``j`` of ``u_i`` also carries the lower quarters of byte ``j``,
+    shifted, and the upper ones of byte ``j - 1``), ``sum_ij Q[i][j] byte_j(u_i) = 64
+    sum_ij q[i][j] code_i(byte j)`` -- the same score as the masked fields ``64 * code``.
+
+    Byte ``j`` of ``u_i`` is ``sum_{k <= i} c_kj 4^(k + 3 - i) + sum_{k > i} c_k,j-1
+    4^(k - 1 - i)``, so code ``c_kj`` meets ``Q[i][j]`` (``i >= k``, weight ``4^(k + 3 -
+    i)``) and ``Q[i][j + 1]`` (``i < k``, ``4^(k - 1 - i)``); asking for ``64 q[k][j]`` gives
+    a triangular system, solved from byte 3 down and quarter 3 down (each ``Q`` its ``q``
+    minus multiples ``<= 1/4`` of ones already known). Plain arithmetic on the elements,
+    so the kernel traces it on its float32 registers and the tests run it on tensors."""
+    out = [[None] * 4 for _ in range(4)]
+    for j in range(3, -1, -1):
+        for k in range(3, -1, -1):
+            x = q[k][j]
+            for i in range(k + 1, 4):
+                x = x - out[i][j] * (4.0 ** (k - i))
+            if j < 3:
+                for i in range(k):
+                    x = x - out[i][j + 1] * (4.0 ** (k - i - 4))
+            out[k][j] = x
+    return out
+
+
 #: (id(base tensor), tag) -> (weakref to it, key of the view, operand); see _cached
 _OPERANDS: dict = {}
 

@@ -417,7 +417,7 @@ from cutlass import Float32, Int32, Int64
 # build's split shares by dispatch rank.
 from . import (CHUNK, CTA_WARPS, FUSED_TAIL_ROWS, MAX_GROUP, MAX_SPLITS, RANK0_WEIGHT,
                RANK_MAX_SPLITS, RANK_MIN_CHUNKS, RANK_WEIGHT, SM_WARPS, TRACE_OFFSET,
-               TRACE_WARP_OFFSET, WINDOW_CHUNK_COST, ring_depth)
+               TRACE_WARP_OFFSET, WINDOW_CHUNK_COST, ring_depth, unmasked_k_query)
 #: head_dim whose QK runs on the int8 tensor cores (``mma.m16n8k32.u8.s8``): each K code
 #: byte holds its four 2-bit fields at bits 0-1, 2-3, 4-5, 6-7; ``w * 4^(3-i) & 0xC0C0C0C0``
 #: (one IMAD on the FMA pipe, one LOP3) is 64 x the field of quarter i in every byte, so one
@@ -533,6 +533,21 @@ def default_stages(config: Int2DecodeConfig) -> int:
     if _STAGES_OVERRIDE is not None:
         return int(_STAGES_OVERRIDE)
     return ring_depth(config.head_dim, config.pair, config.merge_ctas)
+
+
+def unmasked_k_operands(config: Int2DecodeConfig) -> bool:
+    """Whether a head_dim-128 build feeds the int8 QK the K code words times ``4^(3 - i)``
+    without the ``& 0xC0C0C0C0`` masks (16 LOP3 per chunk fewer; the query fragments cancel
+    the other bits, :func:`oscar_kernels.cute.unmasked_k_query`; session 20). Every build
+    but three: ``decode_pair_w8`` (its main loop 149.5 -> 137 SASS per chunk, but qwen3-8b
+    batch 8 1-2 % slower at 32K-128K in alternating rounds, with the rank weights at 3/2, 5/4
+    or 4/3 alike), and ``decode_w8`` and ``decode_anypage``, whose main loops then spill (4
+    and 6 registers); perf/results/2026-12-02_h200_s20_ab_*."""
+    if config.head_dim != QK_S8_HEAD_DIM:
+        return False
+    wide_pair = config.pair and config.warps == 8 and not config.merge_ctas and not config.stages
+    spills = not config.pair and (config.warps == 8 or config.any_page)
+    return not (wide_pair or spills)
 
 
 # ------------------------------------------------------------------ PTX helpers
@@ -851,6 +866,9 @@ class Int2PagedDecodeSm90:
         # pair kernel with the int8 QK: the query's high and low parts in adjacent MMA
         # columns (2 h, 2 h + 1 = head h), one QK chain per chunk (see _int2_pair_hl)
         self.hl = self.pair and self.s8
+        # int8 QK on unmasked K operands (the query cancels the other bits; see
+        # unmasked_k_operands)
+        self.unmasked_k = self.s8 and unmasked_k_operands(config)
         # the merge tail's per-split sums: unrolled by 8 in the wide pair build (batch 1
         # merges 16 splits x 4 heads there; its main loop's SASS is unchanged by it, which
         # perf/sass_report.py --dump-fast checks), left to the compiler (-1) elsewhere, where
@@ -1538,9 +1556,17 @@ class Int2PagedDecodeSm90:
                 q2, q3 = _bf16x2_to_f32(w[1])
                 qv.append([q0 * qkeep, q1 * qkeep, q2 * qkeep, q3 * qkeep])
         qsum = Float32(0.0)
-        mx = Float32(0.0)
         for v in qv:
             qsum = qsum + ((v[0] + v[1]) + (v[2] + v[3]))
+        if cutlass.const_expr(self.unmasked_k):
+            # qv[2 i + half][j]: quarter i, byte j of this lane's code word ``half``; the
+            # unmasked K operands (_load_k) need the triangular transform of each word's 16
+            for half in range(2):
+                qt = unmasked_k_query([qv[2 * i + half] for i in range(4)])
+                for i in range(4):
+                    qv[2 * i + half] = qt[i]
+        mx = Float32(0.0)
+        for v in qv:
             for x in v:
                 mx = _fmax(mx, _fabs(x))
         mx = _fmax(mx, _shfl_bfly(mx, 1))
@@ -2004,13 +2030,17 @@ class Int2PagedDecodeSm90:
             else:
                 words = [_lds_b32(addr)]
             if cutlass.const_expr(self.s8):
-                # kf[2 i + wi]: 64 x the quarter-i fields of word wi (u8 A operand)
+                # kf[2 i + wi]: word wi times 4^(3 - i) (u8 A operand: quarter i's codes at
+                # bits 6-7 of every byte), masked to 64 x the fields, or unmasked (the other
+                # bits are the lower quarters and the next-lower byte's upper ones, which
+                # the query fragments cancel: unmasked_k_query)
                 kf = kf0 if n == 0 else kf1
                 for wi in range(2):
                     for i in range(4):
                         x = words[wi] if i == 3 else _mul_u32(words[wi], 4 ** (3 - i))
-                        kf[2 * i + wi] = _ptx("and.b32 {$w0}, {$r0}, 0xC0C0C0C0;", [Int32],
-                                              [x])
+                        if cutlass.const_expr(not self.unmasked_k):   # 64 x the fields
+                            x = _ptx("and.b32 {$w0}, {$r0}, 0xC0C0C0C0;", [Int32], [x])
+                        kf[2 * i + wi] = x
             else:
                 self._unpack_k(words, kf0 if n == 0 else kf1)
         return kf0, kf1
