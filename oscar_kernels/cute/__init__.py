@@ -50,8 +50,10 @@ CAPPED_MIN_FILL = 7 / 8
 #: Splits from which a single-wave wide pair call runs the merge-CTA build (see
 #: :func:`use_merge_ctas`): batch 1's capped plan (16 splits) gained, batch 2-3 did not.
 MERGE_CTA_MIN_SPLITS = 16
-#: Splits from which a wide pair call runs the 4-deep ring build (see :func:`use_ring4`)
-RING4_MIN_SPLITS = 8
+#: Splits from which a wide pair call runs the 4-deep ring build (see :func:`use_ring4`;
+#: also with one split). 8 until session 20, when the ring-4 builds' unmasked K operands
+#: made 5-6 splits (qwen3-8b batch 5-6) and one split (batch 27-33) faster with it.
+RING4_MIN_SPLITS = 5
 #: Depths of each warp's cp.async ring (chunks in flight per warp): see :func:`ring_depth`
 DEEP_STAGES = 8
 SHALLOW_STAGES = 4
@@ -282,9 +284,16 @@ def use_merge_ctas(rows: int, num_splits: int, num_sms: int, group: int) -> bool
 def use_ring4(rows: int, num_splits: int, num_sms: int, warps: int) -> bool:
     """Whether a ``decode_pair`` call (GQA <= 4, head_dim 128, pages of multiples of CHUNK
     tokens) of ``rows`` (sequence, KV head) pairs runs ``decode_pair_ring4``, the pair kernel
-    with a 4-deep cp.async ring instead of 8: with 8 warps from ``RING4_MIN_SPLITS`` splits,
-    with 4 warps when the grid is one wave. Measured on an H200 (every build at 4 against 8
-    stages, alternating rounds, perf/results/2026-12-02_h200_s17_ab_st4_*_1ab0693.txt):
+    with a 4-deep cp.async ring instead of 8: with 8 warps from ``RING4_MIN_SPLITS`` splits
+    or with one split, with 4 warps when the grid is one wave. Since session 20 the ring-4
+    builds run the int8 QK on unmasked K operands and ``decode_pair_w8`` does not
+    (``unmasked_k_operands``); against it, in alternating rounds on an H200
+    (perf/results/2026-12-02_h200_s20_ab_ring4_b8_32b981a.txt): qwen3-8b batch 5 (6 wide
+    splits) 2.1 / 1.6 / 0.9 us faster at 32K / 64K / 128K, batch 32 (one split) 2.4-2.9 %,
+    batch 8 (4 splits) 0.4 / 1.6 us faster at 32K / 64K but 2 us (1.3 %) slower at 128K and
+    batch 16 (2 splits) 1.5 us faster at 32K, 1.7 / 0.7 us slower at 64K / 128K, so those keep
+    8 stages. Session 17 (every build at 4 against 8 stages, masked K, alternating rounds,
+    perf/results/2026-12-02_h200_s17_ab_st4_*_1ab0693.txt):
 
     * faster: qwen3-8b batch 2 (16 wide splits) 3.1-3.9 us per call (32K 26.2-26.5 vs
       29.0-30.1), batch 3 (11 splits) 1.8-4.3 us, batch 4 (8 splits) 0-2.2 us, batch 12-13
@@ -302,7 +311,7 @@ def use_ring4(rows: int, num_splits: int, num_sms: int, warps: int) -> bool:
     if force is not None:
         return force == "1"
     if warps == 8:
-        return num_splits >= RING4_MIN_SPLITS
+        return num_splits >= RING4_MIN_SPLITS or num_splits == 1
     return rows * num_splits <= (SM_WARPS // warps) * num_sms
 
 

@@ -598,7 +598,7 @@ def test_launch_op_names_the_build_a_call_runs():
     dev = torch.device("cuda", 0)    # never queried below
     assert cute.launch_op(1, 1, 8, 128, 8, 4, dev) == "decode"
     assert cute.launch_op(1, 1, 4, 128, 4, 40, dev, ring4=False) == "decode_pair"
-    assert cute.launch_op(1, 1, 4, 128, 8, 1, dev) == "decode_pair"
+    assert cute.launch_op(1, 1, 4, 128, 8, 1, dev, ring4=False) == "decode_pair"
     assert cute.launch_op(1, 1, 3, 64, 4, 3, dev, any_page=True) == "decode_pair_anypage"
     assert cute.launch_op(1, 1, 3, 64, 4, 3, dev) == "decode_pair"      # no ring-4 build at 64
     assert cute.launch_op(1, 8, 4, 128, 8, 16, dev, merge_ctas=False, ring4=False) == "decode_pair"
@@ -610,6 +610,7 @@ def test_launch_op_names_the_build_a_call_runs():
         assert cute.launch_op(2, 8, 4, 128, 8, 16, dev, merge_ctas=False) == "decode_pair_ring4"
         assert cute.launch_op(4, 8, 4, 128, 8, 8, dev, merge_ctas=False) == "decode_pair_ring4"
         assert cute.launch_op(8, 8, 4, 128, 8, 4, dev, merge_ctas=False) == "decode_pair"
+        assert cute.launch_op(32, 8, 4, 128, 8, 1, dev) == "decode_pair_ring4"   # one split
         kw = {"merge_ctas": False}
         assert cute.launch_op(8, 8, 4, 128, 8, 4, dev, ring4=True, **kw) == "decode_pair_ring4"
         assert cute.launch_op(4, 8, 4, 128, 8, 8, dev, ring4=False, **kw) == "decode_pair"
@@ -625,13 +626,16 @@ def test_launch_op_names_the_build_a_call_runs():
 
 def test_use_ring4_follows_the_measured_shapes(monkeypatch):
     """The 4-deep ring pair build: wide calls from RING4_MIN_SPLITS splits (qwen3-8b batch
-    2-4), 4-warp calls whose grid is one wave (qwen3-8b batch 64 on 132 SMs: 512 CTAs; not
-    batch 128), and the environment override both ways."""
+    2-6) or with one split (batch 27-33), not with 2-4 (batch 7-16), 4-warp calls whose grid
+    is one wave (qwen3-8b batch 64 on 132 SMs: 512 CTAs; not batch 128), and the environment
+    override both ways."""
     monkeypatch.delenv("OSCAR_CUTE_RING4", raising=False)
     assert cute.use_ring4(16, 16, 0, 8) and cute.use_ring4(32, 8, 0, 8)
-    assert not cute.use_ring4(64, 4, 0, 8) and not cute.use_ring4(256, 1, 0, 8)
+    assert cute.use_ring4(40, 6, 0, 8) and cute.use_ring4(256, 1, 0, 8)
+    assert not cute.use_ring4(64, 4, 0, 8) and not cute.use_ring4(128, 2, 0, 8)
     assert cute.use_ring4(512, 1, 132, 4) and not cute.use_ring4(1024, 1, 132, 4)
-    for b, want in ((2, True), (4, True), (8, False), (16, False), (32, False)):
+    for b, want in ((2, True), (4, True), (5, True), (6, True), (8, False), (16, False),
+                    (32, True)):
         warps, splits = cute.plan(b, 8, 132, 4, 128)
         assert warps == 8 and cute.use_ring4(b * 8, splits, 132, warps) == want, b
     monkeypatch.setenv("OSCAR_CUTE_RING4", "0")
