@@ -444,6 +444,11 @@ if _STAGES_OVERRIDE is not None and not (
         _STAGES_OVERRIDE.isdigit() and int(_STAGES_OVERRIDE) >= 4
         and int(_STAGES_OVERRIDE) & (int(_STAGES_OVERRIDE) - 1) == 0):
     raise ValueError(f"OSCAR_CUTE_STAGES: expected a power of two >= 4, got {_STAGES_OVERRIDE!r}")
+#: Experiments only (read at import): ``OSCAR_CUTE_UNMASKED=1`` / ``0`` builds every
+#: head_dim-128 kernel with unmasked / masked K operands (see unmasked_k_operands)
+_UNMASKED_OVERRIDE = os.environ.get("OSCAR_CUTE_UNMASKED")
+if _UNMASKED_OVERRIDE not in (None, "0", "1"):
+    raise ValueError(f"OSCAR_CUTE_UNMASKED: expected 0 or 1, got {_UNMASKED_OVERRIDE!r}")
 #: Debug builds only (read when the module is imported, so set it for ``aot build``): a
 #: comma-separated list of phases to leave out -- ``rot`` (query rotation), ``loop`` (INT2
 #: chunks), ``win`` (BF16 window chunks), ``tail`` (split merge), ``merge`` (the merge after
@@ -542,9 +547,12 @@ def unmasked_k_operands(config: Int2DecodeConfig) -> bool:
     but three: ``decode_pair_w8`` (its main loop 149.5 -> 137 SASS per chunk, but qwen3-8b
     batch 8 1-2 % slower at 32K-128K in alternating rounds, with the rank weights at 3/2, 5/4
     or 4/3 alike), and ``decode_w8`` and ``decode_anypage``, whose main loops then spill (4
-    and 6 registers); perf/results/2026-12-02_h200_s20_ab_*."""
+    and 6 registers); perf/results/2026-12-02_h200_s20_ab_*. ``OSCAR_CUTE_UNMASKED`` overrides
+    it for every build (experiments)."""
     if config.head_dim != QK_S8_HEAD_DIM:
         return False
+    if _UNMASKED_OVERRIDE is not None:
+        return _UNMASKED_OVERRIDE == "1"
     wide_pair = config.pair and config.warps == 8 and not config.merge_ctas and not config.stages
     spills = not config.pair and (config.warps == 8 or config.any_page)
     return not (wide_pair or spills)
