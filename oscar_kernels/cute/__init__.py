@@ -287,7 +287,7 @@ def use_ring4(rows: int, num_splits: int, num_sms: int, warps: int) -> bool:
     with a 4-deep cp.async ring instead of 8: with 8 warps from ``RING4_MIN_SPLITS`` splits
     or with one split, with 4 warps when the grid is one wave. Since session 20 the ring-4
     builds run the int8 QK on unmasked K operands and ``decode_pair_w8`` does not
-    (``unmasked_k_operands``); against it, in alternating rounds on an H200
+    (``k_operand_form``); against it, in alternating rounds on an H200
     (perf/results/2026-12-02_h200_s20_ab_ring4_b8_32b981a.txt): qwen3-8b batch 5 (6 wide
     splits) 2.1 / 1.6 / 0.9 us faster at 32K / 64K / 128K, batch 32 (one split) 2.4-2.9 %,
     batch 8 (4 splits) 0.4 / 1.6 us faster at 32K / 64K but 2 us (1.3 %) slower at 128K and
@@ -492,7 +492,7 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
     return steps, result
 
 
-def unmasked_k_query(q):
+def unmasked_k_query(q, top_masked: bool = False):
     """The int8 QK's query for *unmasked* K operands (head_dim 128): ``q[i][j]`` is the
     query element of channel quarter ``i`` in byte ``j`` (0-3) of one 32-bit code word;
     returns ``Q[i][j]`` such that, with the operands ``u_i = w * 4^(3 - i) mod 2^32`` (no
@@ -505,12 +505,14 @@ def unmasked_k_query(q):
     i)``) and ``Q[i][j + 1]`` (``i < k``, ``4^(k - 1 - i)``); asking for ``64 q[k][j]`` gives
     a triangular system, solved from byte 3 down and quarter 3 down (each ``Q`` its ``q``
     minus multiples ``<= 1/4`` of ones already known). Plain arithmetic on the elements,
-    so the kernel traces it on its float32 registers and the tests run it on tensors."""
+    so the kernel traces it on its float32 registers and the tests run it on tensors.
+    ``top_masked``: quarter 3's operand keeps its mask (``w & 0xC0C0C0C0``, 64 x the fields
+    only), so only quarters 0-2 carry the other bits."""
     out = [[None] * 4 for _ in range(4)]
     for j in range(3, -1, -1):
         for k in range(3, -1, -1):
             x = q[k][j]
-            for i in range(k + 1, 4):
+            for i in range(k + 1, 3 if top_masked else 4):
                 x = x - out[i][j] * (4.0 ** (k - i))
             if j < 3:
                 for i in range(k):

@@ -444,11 +444,13 @@ if _STAGES_OVERRIDE is not None and not (
         _STAGES_OVERRIDE.isdigit() and int(_STAGES_OVERRIDE) >= 4
         and int(_STAGES_OVERRIDE) & (int(_STAGES_OVERRIDE) - 1) == 0):
     raise ValueError(f"OSCAR_CUTE_STAGES: expected a power of two >= 4, got {_STAGES_OVERRIDE!r}")
-#: Experiments only (read at import): ``OSCAR_CUTE_UNMASKED=1`` / ``0`` builds every
-#: head_dim-128 kernel with unmasked / masked K operands (see unmasked_k_operands)
-_UNMASKED_OVERRIDE = os.environ.get("OSCAR_CUTE_UNMASKED")
-if _UNMASKED_OVERRIDE not in (None, "0", "1"):
-    raise ValueError(f"OSCAR_CUTE_UNMASKED: expected 0 or 1, got {_UNMASKED_OVERRIDE!r}")
+#: Experiments only (read at import): ``OSCAR_CUTE_K_OPERANDS=masked|unmasked|top`` builds
+#: every head_dim-128 kernel with that K operand form (see k_operand_form)
+K_OPERAND_FORMS = ("masked", "unmasked", "top")
+_K_FORM_OVERRIDE = os.environ.get("OSCAR_CUTE_K_OPERANDS")
+if _K_FORM_OVERRIDE not in (None,) + K_OPERAND_FORMS:
+    raise ValueError(f"OSCAR_CUTE_K_OPERANDS: expected one of {K_OPERAND_FORMS}, got "
+                     f"{_K_FORM_OVERRIDE!r}")
 #: Debug builds only (read when the module is imported, so set it for ``aot build``): a
 #: comma-separated list of phases to leave out -- ``rot`` (query rotation), ``loop`` (INT2
 #: chunks), ``win`` (BF16 window chunks), ``tail`` (split merge), ``merge`` (the merge after
@@ -540,22 +542,35 @@ def default_stages(config: Int2DecodeConfig) -> int:
     return ring_depth(config.head_dim, config.pair, config.merge_ctas)
 
 
-def unmasked_k_operands(config: Int2DecodeConfig) -> bool:
-    """Whether a head_dim-128 build feeds the int8 QK the K code words times ``4^(3 - i)``
-    without the ``& 0xC0C0C0C0`` masks (16 LOP3 per chunk fewer; the query fragments cancel
-    the other bits, :func:`oscar_kernels.cute.unmasked_k_query`; session 20). Every build
-    but three: ``decode_pair_w8`` (its main loop 149.5 -> 137 SASS per chunk, but qwen3-8b
-    batch 8 1-2 % slower at 32K-128K in alternating rounds, with the rank weights at 3/2, 5/4
-    or 4/3 alike), and ``decode_w8`` and ``decode_anypage``, whose main loops then spill (4
-    and 6 registers); perf/results/2026-12-02_h200_s20_ab_*. ``OSCAR_CUTE_UNMASKED`` overrides
-    it for every build (experiments)."""
+def k_operand_form(config: Int2DecodeConfig) -> str:
+    """The u8 K operands of the int8 QK (head_dim 128): ``"masked"`` (``w * 4^(3 - i) &
+    0xC0C0C0C0``, 64 x the quarter-i fields), ``"unmasked"`` (``w * 4^(3 - i)``: 16 LOP3 per
+    chunk fewer; the other bits are cancelled by the query fragments,
+    :func:`oscar_kernels.cute.unmasked_k_query`) or ``"top"`` (quarters 0-2 unmasked,
+    quarter 3 masked: 12 fewer, and its operand a fresh register instead of the loaded word
+    itself, which the MMA's register quad then needs copied); ``"none"`` at head_dim 64
+    (fp16 operands). Session 20, measured on an H200 in alternating rounds
+    (perf/results/2026-12-02_h200_s20_ab_*):
+
+    * the pair builds but ``decode_pair_w8``: unmasked (``decode_pair_mc`` 147.5 -> 134.5
+      SASS per chunk; qwen3-8b batch 1 0.4-1.1 us faster at 32K-128K, batch 4 1.5-2 %; with
+      quarter 3 masked 136.0, the same time);
+    * ``decode_pair_w8``: masked (unmasked 137.0 SASS per chunk against 149.5, yet qwen3-8b
+      batch 8 and 16 1-2 % slower at 32K-128K, "top" as well, with any rank weights);
+    * ``decode`` / ``decode_w8`` / ``decode_anypage`` (GQA > 4): top (177 / 176 / 198.5 ->
+      165 / 164 / 186.5 SASS per chunk; unmasked, ``decode_w8`` and ``decode_anypage`` spill
+      4 / 6 registers in their main loops): llama3-70b-tp8 batch 32 2.4-3.3 %, batch 128
+      2.8-3.6 % faster at 32K-128K, batch 8 0.3-0.8 us.
+
+    ``OSCAR_CUTE_K_OPERANDS`` overrides it for every build (experiments)."""
     if config.head_dim != QK_S8_HEAD_DIM:
-        return False
-    if _UNMASKED_OVERRIDE is not None:
-        return _UNMASKED_OVERRIDE == "1"
-    wide_pair = config.pair and config.warps == 8 and not config.merge_ctas and not config.stages
-    spills = not config.pair and (config.warps == 8 or config.any_page)
-    return not (wide_pair or spills)
+        return "none"
+    if _K_FORM_OVERRIDE is not None:
+        return _K_FORM_OVERRIDE
+    if not config.pair:
+        return "top"
+    wide_pair = config.warps == 8 and not config.merge_ctas and not config.stages
+    return "masked" if wide_pair else "unmasked"
 
 
 # ------------------------------------------------------------------ PTX helpers
@@ -874,9 +889,10 @@ class Int2PagedDecodeSm90:
         # pair kernel with the int8 QK: the query's high and low parts in adjacent MMA
         # columns (2 h, 2 h + 1 = head h), one QK chain per chunk (see _int2_pair_hl)
         self.hl = self.pair and self.s8
-        # int8 QK on unmasked K operands (the query cancels the other bits; see
-        # unmasked_k_operands)
-        self.unmasked_k = self.s8 and unmasked_k_operands(config)
+        # the int8 QK's K operands: masked fields, or unmasked (all quarters, or all but
+        # quarter 3) with the query cancelling the other bits (see k_operand_form)
+        self.k_form = k_operand_form(config)
+        self.unmasked_k = self.k_form in ("unmasked", "top")
         # the merge tail's per-split sums: unrolled by 8 in the wide pair build (batch 1
         # merges 16 splits x 4 heads there; its main loop's SASS is unchanged by it, which
         # perf/sass_report.py --dump-fast checks), left to the compiler (-1) elsewhere, where
@@ -1570,7 +1586,8 @@ class Int2PagedDecodeSm90:
             # qv[2 i + half][j]: quarter i, byte j of this lane's code word ``half``; the
             # unmasked K operands (_load_k) need the triangular transform of each word's 16
             for half in range(2):
-                qt = unmasked_k_query([qv[2 * i + half] for i in range(4)])
+                qt = unmasked_k_query([qv[2 * i + half] for i in range(4)],
+                                      self.k_form == "top")
                 for i in range(4):
                     qv[2 * i + half] = qt[i]
         mx = Float32(0.0)
@@ -2041,12 +2058,13 @@ class Int2PagedDecodeSm90:
                 # kf[2 i + wi]: word wi times 4^(3 - i) (u8 A operand: quarter i's codes at
                 # bits 6-7 of every byte), masked to 64 x the fields, or unmasked (the other
                 # bits are the lower quarters and the next-lower byte's upper ones, which
-                # the query fragments cancel: unmasked_k_query)
+                # the query fragments cancel: unmasked_k_query), per k_operand_form
                 kf = kf0 if n == 0 else kf1
                 for wi in range(2):
                     for i in range(4):
                         x = words[wi] if i == 3 else _mul_u32(words[wi], 4 ** (3 - i))
-                        if cutlass.const_expr(not self.unmasked_k):   # 64 x the fields
+                        if cutlass.const_expr(self.k_form == "masked"
+                                              or (self.k_form == "top" and i == 3)):
                             x = _ptx("and.b32 {$w0}, {$r0}, 0xC0C0C0C0;", [Int32], [x])
                         kf[2 * i + wi] = x
             else:

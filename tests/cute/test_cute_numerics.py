@@ -12,10 +12,11 @@ constant fails here first:
   every byte, and the query split ``q' ~ a (hi + lo / 256)`` keeps the score error below
   ``D * 3 * max|q'| / 65024`` (the bound the docstring states), with ``256 * S_hi + S_lo``
   inside int32;
-* the same QK on unmasked operands ``w * 4^(3-i) mod 2^32`` (the builds of
-  ``unmasked_k_operands``): with the query of :func:`oscar_kernels.cute.unmasked_k_query`
-  the dot products equal ``64 * q' . codes`` exactly, and after the int8 split the error
-  stays below ``D * 255 / 64 * max|Q| / 65024`` with ``256 * S_hi + S_lo`` inside int32.
+* the same QK on unmasked operands ``w * 4^(3-i) mod 2^32``, all four quarters or all but
+  quarter 3 (the forms of ``k_operand_form``): with the query of
+  :func:`oscar_kernels.cute.unmasked_k_query` the dot products equal ``64 * q' . codes``
+  exactly, and after the int8 split the error stays below ``D * 255 / 64 * max|Q| / 65024``
+  with ``256 * S_hi + S_lo`` inside int32.
 """
 
 from __future__ import annotations
@@ -109,18 +110,20 @@ def test_int8_split_of_a_zero_head_is_zero():
     assert float(mx) == 0.0 and int(hi.abs().sum()) == 0 and int(lo.abs().sum()) == 0
 
 
-def _unmasked_operands(words: torch.Tensor) -> torch.Tensor:
+def _unmasked_operands(words: torch.Tensor, top: bool = False) -> torch.Tensor:
     """uint32 words ``[..., k]`` -> the kernel's unmasked u8 A operands ``[..., k, 4 (i), 4
-    (byte j)]``: byte ``j`` of ``w * 4^(3 - i) mod 2^32``."""
+    (byte j)]``: byte ``j`` of ``w * 4^(3 - i) mod 2^32`` (``top``: quarter 3 masked)."""
     u = torch.stack([(words * 4 ** (3 - i)) & 0xFFFFFFFF for i in range(4)], dim=-1)
+    if top:
+        u[..., 3] &= 0xC0C0C0C0
     return torch.stack([(u >> (8 * j)) & 0xFF for j in range(4)], dim=-1)
 
 
-def _query_words(q: torch.Tensor) -> list:
+def _query_words(q: torch.Tensor, top: bool = False) -> list:
     """``q [128]`` -> per code word ``w`` the 4 x 4 ``[quarter i][byte j]`` query elements
     (channel ``4 w + j + 32 i``), transformed by :func:`unmasked_k_query`."""
-    return [unmasked_k_query([[q[4 * w + j + 32 * i] for j in range(4)] for i in range(4)])
-            for w in range(8)]
+    return [unmasked_k_query([[q[4 * w + j + 32 * i] for j in range(4)] for i in range(4)],
+                             top) for w in range(8)]
 
 
 def _unmasked_dot(ops: torch.Tensor, qt: list) -> torch.Tensor:
@@ -129,37 +132,39 @@ def _unmasked_dot(ops: torch.Tensor, qt: list) -> torch.Tensor:
     return (ops * qm).sum(dim=(-1, -2, -3))
 
 
-def test_unmasked_k_operands_are_cancelled_exactly():
+@pytest.mark.parametrize("top", [False, True])
+def test_unmasked_k_operands_are_cancelled_exactly(top):
     # every byte value in every position of a word, against random float64 queries: the
     # transformed query makes the unmasked products 64 x the true dot product, exactly
     g = torch.Generator().manual_seed(7)
     codes = torch.randint(0, 4, (512, 128), generator=g, dtype=torch.uint8)
     codes[:256].view(256, 4, 32)[:, :, 0] = torch.arange(256).view(256, 1) >> (
         2 * torch.arange(4)) & 3                                 # byte 0: all 256 values
-    ops = _unmasked_operands(_words(pack_codes(codes)))          # [512, 8, 4, 4]
+    ops = _unmasked_operands(_words(pack_codes(codes)), top)     # [512, 8, 4, 4]
     assert int(ops.max()) == 255                                 # the other bits are there
     for _ in range(20):
         q = torch.randn(128, generator=g, dtype=torch.float64)
         q = q.to(torch.bfloat16).to(torch.float64)               # q' is staged as bf16
-        got = _unmasked_dot(ops.to(torch.float64), _query_words(q))
+        got = _unmasked_dot(ops.to(torch.float64), _query_words(q, top))
         want = 64 * (codes.to(torch.float64) * q).sum(-1)
         assert torch.equal(got, want)
 
 
+@pytest.mark.parametrize("top", [False, True])
 @pytest.mark.parametrize("outlier", [1.0, 30.0])
-def test_unmasked_k_int8_split_error_bound(outlier):
+def test_unmasked_k_int8_split_error_bound(outlier, top):
     g = torch.Generator().manual_seed(100 + int(outlier))
     d = 128
     for _ in range(50):
         q = torch.randn(d, generator=g)
         q[torch.randint(0, d, (3,), generator=g)] *= outlier
         q = q.to(torch.bfloat16).to(torch.float32)
-        qt = _query_words(q)                                     # float32, as the kernel
+        qt = _query_words(q, top)                                # float32, as the kernel
         qflat = torch.stack([torch.stack([torch.stack(list(r)) for r in qw]) for qw in qt])
         hi, lo, mx = _split_query(qflat)                         # [8, 4, 4], max over the head
         assert float(mx) <= 2.0 * float(q.abs().max())           # the transform grows little
         codes = torch.randint(0, 4, (16, d), generator=g, dtype=torch.uint8)
-        ops = _unmasked_operands(_words(pack_codes(codes)))      # [16, 8, 4, 4]
+        ops = _unmasked_operands(_words(pack_codes(codes)), top)  # [16, 8, 4, 4]
         s_hi = (ops * hi).sum(dim=(-1, -2, -3))
         s_lo = (ops * lo).sum(dim=(-1, -2, -3))
         s = 256 * s_hi + s_lo
