@@ -165,6 +165,24 @@ error <= max|q'| / 65024 per channel, far below bf16 rounding), and the scores a
 ``s * a * scale_log2 / 16384 * float(256 * S_hi + S_lo) + z * scale_log2 * sum(q')``:
 exact integer dot products, no offset to cancel (|256 S_hi + S_lo| < 2^30).
 
+Unmasked K operands (session 20, :func:`k_operand_form`): the ``& 0xC0C0C0C0`` is not
+needed. Without it byte ``j`` of ``w * 4^(3 - i)`` is ``64 c_ij`` plus the lower quarters of
+byte ``j`` and the upper quarters of byte ``j - 1`` (shifted in from below; nothing enters a
+word's byte 0), all linear in the codes, so the IMMA chain over the four quarters computes
+``sum Q_ij byte_j(u_i)`` -- and a query ``Q`` exists that makes it exactly ``64 sum q'_ij
+c_ij``: a triangular system per 32-bit word (16 elements, each ``q'`` minus multiples <= 1/4
+of ones already solved; :func:`oscar_kernels.cute.unmasked_k_query`), solved once per CTA
+in the query fragments before the int8 split. u8 operands now reach 255 (192 before):
+``|256 S_hi + S_lo| <= 128 * 255 * 127 * 257 < 2^30`` still, and the split's error bound
+becomes ``D * 255 / 64 * max|Q| / 65024`` (tests/cute/test_cute_numerics.py checks both and
+the exact cancellation over all byte values). 16 LOP3 per chunk fewer (12 with quarter 3
+kept masked, the ``"top"`` form: its operand is then a fresh register, not the loaded word,
+which the IMMA's register quad otherwise needs copied); which build takes which form was
+measured (``k_operand_form``): the pair builds unmasked (merge-CTA build 147.5 -> 134.5
+SASS per chunk), ``decode`` / ``decode_w8`` / ``decode_anypage`` top (unmasked, the latter
+two spilled in their main loops), ``decode_pair_w8`` masked (137.0 SASS per chunk unmasked,
+but qwen3-8b batch 8-16 1-2 % slower).
+
 fp16 operands (V always, K at head_dim 64) are exact fp16 *subnormals*: one
 ``and`` (LOP3) per fp16 pair, ``w & mask_i`` = ``m_i code 2^-24`` with the 2-bit field of
 channel quarter ``i`` at mantissa bits ``2i`` (``m_i`` = 1, 4, 16, 64: all four quarters of
@@ -362,9 +380,9 @@ the pair kernels keep 8 elsewhere (batch 8-16 / 128K 3-4 % and batch 128 / 128K 
 at 4), and so do head_dim 64 and the any-page pair build; the any-page ``decode`` at head_dim
 128 has 4 stages too (docs/cute.md "Session 17").
 
-Resource usage (cuobjdump of the bundle's cubins, ``perf/sass_report.py``, session 17:
-perf/results/2026-12-02_sass_report_s17.txt; the 8-deep pair builds, head_dim 64 and the
-any-page pair builds cubin-identical to session 12's): every decode kernel 128 registers per
+Resource usage (cuobjdump of the bundle's cubins, ``perf/sass_report.py``, session 20:
+perf/results/2026-12-02_sass_report_s20.txt; session 17's in ..._s17.txt; ``decode_pair_w8``
+and head_dim 64 cubin-identical to session 12's): every decode kernel 128 registers per
 thread (``decode`` D=64 124); the 4-warp builds have no stack and no spills (session 7's
 builds had 24-40 B stacks: decode_pair D=128 two LDLs in the main loop off its fast path,
 decode D=128 one LDL per two chunks on it; earlier builds up to 72 B), the wide builds small
@@ -381,12 +399,12 @@ BF16 window chunks in two places) + 10 LDSM + 28 LDGSTS (ring and merge-tail row
 8 stages) + 1 ATOMG; ``decode_pair`` 16 IMMA + 112 HMMA + 8 LDSM + 40 LDGSTS (its ring-4
 build 28); the wide builds 80 HMMA (no CTA output rotation), decode_pair_w8 40 LDGSTS
 (64-row tail blocks), decode_w8 20, the wide ring-4 pair 28; no UTMALDG (see "No TMA"
-above). Fast path per chunk: decode_pair D=128 149.5 SASS (ring-4 build 152.0), decode
-D=128 177.0 (175.5 with 8 stages; 178.5 in session 11: the CTA output rotation moved
-ptxas's allocation), the any-page builds 168.5 / 198.5 (``decode_anypage`` with 4 stages;
-198.0 with 8), D=64 113.5 / 131; wide builds 149.5 (ring-4 150.0) / 176.0 (176.5 with
-8 stages); the merge-CTA build 147.5 (its split CTAs carry no merge tail); merge kernels
-62 / 52 registers.
+above). Fast path per chunk since session 20 (unmasked K, before in brackets): decode_pair
+D=128 137.0 SASS [149.5] (ring-4 build 138.5 [152.0]), decode D=128 165.0 [177.0; 175.5
+with 8 stages], the any-page builds 156.0 [168.5] / 186.5 [198.5], D=64 113.5 / 131; wide
+builds decode_pair_w8 149.5 (masked; ring-4 138.0 [150.0]) / decode_w8 164.0 [176.0]; the
+merge-CTA build 134.5 [147.5] (its split CTAs carry no merge tail); no decode kernel spills
+in its main loop; merge kernels 62 / 52 registers.
 
 Debug builds: ``OSCAR_CUTE_DEBUG`` (read at import, so set it for ``aot build``) compiles in
 phase skips (timing only) or the %globaltimer trace; unset, the kernels are byte-identical
