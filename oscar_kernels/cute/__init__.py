@@ -504,7 +504,8 @@ def unmasked_k_query(q, top_masked: bool = False):
     4^(k - 1 - i)``, so code ``c_kj`` meets ``Q[i][j]`` (``i >= k``, weight ``4^(k + 3 -
     i)``) and ``Q[i][j + 1]`` (``i < k``, ``4^(k - 1 - i)``); asking for ``64 q[k][j]`` gives
     a triangular system, solved from byte 3 down and quarter 3 down (each ``Q`` its ``q``
-    minus multiples ``<= 1/4`` of ones already known). Plain arithmetic on the elements,
+    minus multiples ``<= 1/4`` of ones already known, at most ``1/4 + 1/16 + 1/64`` in all,
+    so ``max|Q| <= max|q| / (1 - 0.33) < 1.5 max|q|``). Plain arithmetic on the elements,
     so the kernel traces it on its float32 registers and the tests run it on tensors.
     ``top_masked``: quarter 3's operand keeps its mask (``w & 0xC0C0C0C0``, 64 x the fields
     only), so only quarters 0-2 carry the other bits."""

@@ -162,7 +162,7 @@ def test_unmasked_k_int8_split_error_bound(outlier, top):
         qt = _query_words(q, top)                                # float32, as the kernel
         qflat = torch.stack([torch.stack([torch.stack(list(r)) for r in qw]) for qw in qt])
         hi, lo, mx = _split_query(qflat)                         # [8, 4, 4], max over the head
-        assert float(mx) <= 2.0 * float(q.abs().max())           # the transform grows little
+        assert float(mx) <= 1.5 * float(q.abs().max())           # the transform grows < 1.5x
         codes = torch.randint(0, 4, (16, d), generator=g, dtype=torch.uint8)
         ops = _unmasked_operands(_words(pack_codes(codes)), top)  # [16, 8, 4, 4]
         s_hi = (ops * hi).sum(dim=(-1, -2, -3))
