@@ -910,7 +910,6 @@ class Int2PagedDecodeSm90:
         # the int8 QK's K operands: masked fields, or unmasked (all quarters, or all but
         # quarter 3) with the query cancelling the other bits (see k_operand_form)
         self.k_form = k_operand_form(config)
-        self.unmasked_k = self.k_form in ("unmasked", "top")
         # the merge tail's per-split sums: unrolled by 8 in the wide pair build (batch 1
         # merges 16 splits x 4 heads there; its main loop's SASS is unchanged by it, which
         # perf/sass_report.py --dump-fast checks), left to the compiler (-1) elsewhere, where
@@ -1600,7 +1599,7 @@ class Int2PagedDecodeSm90:
         qsum = Float32(0.0)
         for v in qv:
             qsum = qsum + ((v[0] + v[1]) + (v[2] + v[3]))
-        if cutlass.const_expr(self.unmasked_k):
+        if cutlass.const_expr(self.k_form in ("unmasked", "top")):
             # qv[2 i + half][j]: quarter i, byte j of this lane's code word ``half``; the
             # unmasked K operands (_load_k) need the triangular transform of each word's 16
             for half in range(2):

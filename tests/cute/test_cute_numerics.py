@@ -134,13 +134,19 @@ def _unmasked_dot(ops: torch.Tensor, qt: list) -> torch.Tensor:
 
 @pytest.mark.parametrize("top", [False, True])
 def test_unmasked_k_operands_are_cancelled_exactly(top):
-    # every byte value in every position of a word, against random float64 queries: the
-    # transformed query makes the unmasked products 64 x the true dot product, exactly
+    # every byte value in every position of a word (word 0 of rows 0-255), the other words
+    # random, against random queries: the transformed query makes the unmasked products 64 x
+    # the true dot product, exactly
     g = torch.Generator().manual_seed(7)
     codes = torch.randint(0, 4, (512, 128), generator=g, dtype=torch.uint8)
-    codes[:256].view(256, 4, 32)[:, :, 0] = torch.arange(256).view(256, 1) >> (
-        2 * torch.arange(4)) & 3                                 # byte 0: all 256 values
-    ops = _unmasked_operands(_words(pack_codes(codes)), top)     # [512, 8, 4, 4]
+    quarters = 2 * torch.arange(4)
+    for j in range(4):                                           # byte j = channels j + 32 i
+        byte = (torch.arange(256) + 67 * j) % 256
+        codes[:256].view(256, 4, 32)[:, :, j] = (byte.view(256, 1) >> quarters) & 3
+    words = _words(pack_codes(codes))
+    for j in range(4):
+        assert sorted(((words[:256, 0] >> (8 * j)) & 0xFF).tolist()) == list(range(256))
+    ops = _unmasked_operands(words, top)                         # [512, 8, 4, 4]
     assert int(ops.max()) == 255                                 # the other bits are there
     for _ in range(20):
         q = torch.randn(128, generator=g, dtype=torch.float64)
