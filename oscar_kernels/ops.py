@@ -250,7 +250,7 @@ def paged_decode_attention(q: torch.Tensor, cache: Int2PagedKVCache, kv_indptr: 
                            window_slots: torch.Tensor, rotation: LayerRotation, *,
                            sm_scale: float | None = None, out: torch.Tensor | None = None,
                            return_lse: bool = False, backend: str = "auto",
-                           check_bounds: bool = True):
+                           check_bounds: bool = True, max_kv_len: int | None = None):
     """Decode attention of one query per sequence over the mixed INT2/BF16 paged cache.
 
     Parameters
@@ -268,6 +268,13 @@ def paged_decode_attention(q: torch.Tensor, cache: Int2PagedKVCache, kv_indptr: 
     return_lse : bool
         Also return the natural-log log-sum-exp ``[batch_size, num_qo_heads]`` float32
         (``-inf`` for an empty sequence, whose output is 0).
+    max_kv_len : int, optional
+        The longest sequence of the batch in tokens, when the caller knows it on the host
+        (e.g. from its own length list): a hint for length-dependent plan choices of the CuTe
+        backend (fewer splits and a shallower copy ring for short sequences; see
+        :func:`oscar_kernels.cute.short_splits`). It affects speed only: results are the same
+        for any value, and a CUDA graph captured with one hint replays correctly at every
+        length. ``None``: plans from the shapes alone.
 
     Returns
     -------
@@ -287,11 +294,14 @@ def paged_decode_attention(q: torch.Tensor, cache: Int2PagedKVCache, kv_indptr: 
     if out is not None:
         _check_float_tensor(out, "out", tuple(q.shape), cache.device)
         expect(out.dtype == q.dtype, "out", f"dtype {q.dtype}", out, TypeError)
+    expect(max_kv_len is None or isinstance(max_kv_len, int) and not isinstance(max_kv_len, bool),
+           "max_kv_len", "None or an int", max_kv_len, TypeError)
+    expect(max_kv_len is None or max_kv_len >= 0, "max_kv_len", "a length >= 0", max_kv_len)
     scale = 1.0 / math.sqrt(spec.head_dim) if sm_scale is None else float(sm_scale)
     rot_k, rot_v = rotation.per_head(spec.num_kv_heads)
     _, fn = _dispatch("decode", backend, cache.device, _config(cache, num_qo_heads, q.dtype))
     o, lse = fn(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots, rot_k, rot_v,
-                scale, out=out)
+                scale, out=out, max_kv_len=max_kv_len)
     return _finish(o, lse, out, q.dtype, return_lse)
 
 

@@ -18,6 +18,10 @@ Bytes moved (each read once, what the kernel must move):
   ``min(L, S + W)``, the page ids, q, o;
 * BF16: K+V of ``L`` tokens, the page ids (FlashInfer), q, o.
 
+The CuTe decode gets the context as its length hint (``max_kv_len``, the longest sequence,
+which FlashInfer's ``plan`` also reads from the page table on the host); with
+``--no-length-hint`` it is planned from the shapes alone.
+
 Results: ``perf/results/<date>_<gpu>_bench_decode.{md,json}``.
 """
 
@@ -208,6 +212,9 @@ def main(argv=None) -> int:
     p.add_argument("--budget", type=float, default=420.0, help="seconds; later shapes skipped")
     p.add_argument("--profile", action="store_true",
                    help="per-kernel GPU time of the best Triton config (torch profiler, eager)")
+    p.add_argument("--no-length-hint", action="store_true",
+                   help="plan the CuTe decode from the shapes only (default: the context as "
+                        "its max_kv_len hint, as FlashInfer's plan sees the lengths)")
     p.add_argument("--stem", default=None)
     p.add_argument("--out-dir", default=None)
     args = p.parse_args(argv)
@@ -287,7 +294,9 @@ def main(argv=None) -> int:
                             cute_mod.can_implement("decode", device=torch.device("cuda"), spec=spec,
                                                    num_qo_heads=preset["num_qo_heads"],
                                                    dtype=torch.bfloat16)
-                            r = time_cuda(lambda: cute_mod.decode(case["q"], case["cache"], *tab, out=out),
+                            hint = None if args.no_length_hint else ctx
+                            r = time_cuda(lambda: cute_mod.decode(case["q"], case["cache"], *tab,
+                                                                  out=out, max_kv_len=hint),
                                           warmup=args.warmup, rep=args.rep)
                             row["cute_ms"] = r["median_ms"]
                             row["cute_TBps"] = tbps(row["int2_bytes"], r["median_ms"])
@@ -296,14 +305,16 @@ def main(argv=None) -> int:
                                 torch.cuda.get_device_properties(0).multi_processor_count,
                                 preset["num_qo_heads"] // spec.num_kv_heads, spec.head_dim,
                                 cute_mod.wide_available(
-                                    preset["num_qo_heads"] // spec.num_kv_heads, spec.head_dim))
+                                    preset["num_qo_heads"] // spec.num_kv_heads, spec.head_dim),
+                                hint)
                             # the build it launches: decode / decode_pair, or the merge-CTA
                             # or 4-deep ring build of decode_pair (oscar_kernels.cute.launch_op)
                             op = cute_mod.launch_op(
                                 batch, spec.num_kv_heads,
                                 preset["num_qo_heads"] // spec.num_kv_heads, spec.head_dim,
                                 warps, splits, torch.device("cuda"),
-                                any_page=spec.page_size % cute_mod.CHUNK != 0)
+                                any_page=spec.page_size % cute_mod.CHUNK != 0,
+                                max_kv_len=hint)
                             row["cute_plan"] = f"{warps} warps x {splits} splits, {op}"
                         except Exception as exc:  # noqa: BLE001 - unavailable or unsupported
                             row["cute_note"] = f"{type(exc).__name__}: {str(exc)[:160]}"

@@ -8,7 +8,8 @@ against the first plan's.
 A plan is ``WARPS:SPLITS`` optionally followed by ``:mc`` (the merge-CTA build forced on;
 without it forced off for wide pair calls) and/or ``:r4`` (the 4-deep ring pair build
 forced on; without it forced off for pair calls at head_dim 128). ``auto`` is the shipped
-plan. Prints one line per round and plan (microseconds per context) and the largest
+plan with the context as its length hint (``max_kv_len``), ``shapes`` the shipped plan
+from the shapes alone. Prints one line per round and plan (microseconds per context) and the largest
 |o - o_first| per plan.
 """
 
@@ -27,7 +28,7 @@ def plan_kwargs(plan: str, group: int, head_dim: int = 128) -> dict:
     """``cute.decode`` overrides of a plan string: ``auto``, or ``WARPS:SPLITS`` with optional
     ``:mc`` (wide pair calls, GQA <= 4: the merge-CTA build forced on, else off) and ``:r4``
     (pair calls at head_dim 128: the 4-deep ring build forced on, else off)."""
-    if plan == "auto":
+    if plan in ("auto", "shapes"):
         return {}
     parts = plan.split(":")
     flags = parts[2:]
@@ -75,7 +76,8 @@ def main(argv=None) -> int:
         outs = {}
         for plan in a.plans:
             out = torch.full_like(q, float("nan"))
-            cute.decode(q, cache, *table, rk, rv, d ** -0.5, out=out, **kwargs[plan])
+            cute.decode(q, cache, *table, rk, rv, d ** -0.5, out=out, **kwargs[plan],
+                        max_kv_len=n if plan == "auto" else None)
             outs[plan] = out
         ref = outs[a.plans[0]].float()
         for plan in a.plans:
@@ -88,7 +90,7 @@ def main(argv=None) -> int:
             times = []
             for n, cache, table, q in cases:
                 out = torch.empty_like(q)
-                kw = kwargs[plan]
+                kw = dict(kwargs[plan], max_kv_len=n if plan == "auto" else None)
                 fn = lambda: cute.decode(q, cache, *table, rk, rv, d ** -0.5, out=out, **kw)  # noqa
                 ms = time_cuda(fn, warmup=5, rep=a.rep)["median_ms"]
                 times.append(f"{n // 1024}K {1e3 * ms:.1f}")

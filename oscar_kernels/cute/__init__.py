@@ -54,6 +54,14 @@ MERGE_CTA_MIN_SPLITS = 16
 #: also with one split). 8 until session 20, when the ring-4 builds' unmasked K operands
 #: made 5-6 splits (qwen3-8b batch 5-6) and one split (batch 27-33) faster with it.
 RING4_MIN_SPLITS = 5
+#: A length hint (``max_kv_len``: the longest sequence of the call, known to the caller on
+#: the host; see :func:`short_splits` and :func:`use_ring4`): a single wave of more than one
+#: CTA per SM is planned for one CTA per SM when a warp's share of the longest sequence is
+#: below this many tokens (its fixed costs outweigh a second CTA's share of the SM).
+SHORT_WARP_TOKENS = 192
+#: ... and a pair call (head_dim 128) runs the 4-deep ring build when a warp's share of the
+#: longest sequence is at most this many tokens, by CTA width (warps per CTA).
+RING4_WARP_TOKENS = {8: 1024, 4: 512}
 #: Depths of each warp's cp.async ring (chunks in flight per warp): see :func:`ring_depth`
 DEEP_STAGES = 8
 SHALLOW_STAGES = 4
@@ -220,8 +228,10 @@ def num_splits_for(batch_size: int, num_kv_heads: int, num_sms: int, group: int 
 
 
 def plan(batch_size: int, num_kv_heads: int, num_sms: int, group: int, head_dim: int,
-         wide_available: bool = True) -> tuple[int, int]:
-    """``(warps, num_splits)`` of a decode call; shapes only, so graph-capturable.
+         wide_available: bool = True, max_kv_len: int | None = None) -> tuple[int, int]:
+    """``(warps, num_splits)`` of a decode call: from the shapes, then (with the length hint
+    ``max_kv_len``) :func:`short_splits`. Graph-capturable either way (a captured launch
+    keeps its plan; any plan is correct for any length).
 
     The wide build (8 warps per CTA, 2 CTAs per SM, head_dim 128) runs when its own plan is
     a single wave whose partials the fused tail merges in at most ``WIDE_MAX_ROWS`` rows
@@ -247,20 +257,47 @@ def plan(batch_size: int, num_kv_heads: int, num_sms: int, group: int, head_dim:
     4 warps: llama3-70b-tp8 batch 16 with 8 wide splits was 9 % faster at 8K but 3 % slower at
     128K, batch 12 (96 CTAs) up to 22 % slower.
     """
-    splits = num_splits_for(batch_size, num_kv_heads, num_sms, group, head_dim=head_dim)
+    rows = batch_size * num_kv_heads
+    warps, splits = 4, num_splits_for(batch_size, num_kv_heads, num_sms, group,
+                                      head_dim=head_dim)
     if head_dim == 128 and wide_available:
-        rows = batch_size * num_kv_heads
         wide = num_splits_for(batch_size, num_kv_heads, num_sms, group, warps=8)
         one_wave = rows * wide <= (SM_WARPS // 8) * num_sms
-        if one_wave and wide * group <= WIDE_MAX_ROWS:
-            return 8, wide
         # the pair kernel with fewer splits than a full wave: the fused tail at WIDE_MAX_ROWS
         # rows instead of the merge kernel, while about one wide CTA per SM remains
         capped = WIDE_MAX_ROWS // group
-        if (group <= PAIR_MAX_GROUP and capped < wide
+        if one_wave and wide * group <= WIDE_MAX_ROWS:
+            warps, splits = 8, wide
+        elif (group <= PAIR_MAX_GROUP and capped < wide
                 and CAPPED_MIN_FILL * num_sms <= rows * capped <= (SM_WARPS // 8) * num_sms):
-            return 8, capped
-    return 4, splits
+            warps, splits = 8, capped
+    return warps, short_splits(rows, warps, splits, num_sms, group, max_kv_len)
+
+
+def short_splits(rows: int, warps: int, num_splits: int, num_sms: int, group: int,
+                 max_kv_len: int | None) -> int:
+    """The split count of a planned call (``rows`` (sequence, KV head) pairs, CTAs of
+    ``warps`` warps) given the length hint ``max_kv_len`` (the longest sequence, tokens;
+    ``None``: ``num_splits`` as planned from the shapes). A single wave of more than one CTA
+    per SM becomes one CTA per SM (``num_sms // rows`` splits) when a warp's share of the
+    longest sequence, ``max_kv_len / (warps * num_splits)``, is below ``SHORT_WARP_TOKENS``
+    and the partials keep their merge path (fused tail or merge kernel: llama3-70b-tp8 batch
+    8 would land on the 128-row fused tail). Measured on an H200 (alternating rounds,
+    perf/results/2026-12-02_h200_s21_short_*): qwen3-8b batch 2 8 against 16 splits 1.8 /
+    2.8 / 1.0 us faster at 4K / 8K / 16K, even at 32K (2K tokens per split); batch 3 5
+    against 11 splits 2.6 / 2.4 us faster at 4K / 8K, even at 16K, 2.4 us slower at 32K;
+    batch 4 4 against 8 splits 1.3 / 0.8 us faster at 4K / 8K, 1 us slower at 16K;
+    llama3-70b-tp8 batch 4 (4 warps) 33 against 66 splits 1.6-1.8 us faster at 4K-16K, even
+    at 32K; batch 32 4 against 8 wide splits 2.3-2.5 us faster at 4K-8K, even at 16K, 1.6 us
+    slower at 32K. ``OSCAR_CUTE_LENGTH_HINT=0`` ignores the hint (benchmarks)."""
+    if max_kv_len is None or os.environ.get("OSCAR_CUTE_LENGTH_HINT") == "0":
+        return num_splits
+    one = num_sms // rows
+    if not (rows * num_splits > num_sms and rows * num_splits <= (SM_WARPS // warps) * num_sms
+            and 1 <= one < num_splits and max_kv_len < SHORT_WARP_TOKENS * warps * num_splits
+            and (num_splits * group > FUSED_TAIL_ROWS) == (one * group > FUSED_TAIL_ROWS)):
+        return num_splits
+    return one
 
 
 def use_merge_ctas(rows: int, num_splits: int, num_sms: int, group: int) -> bool:
@@ -281,7 +318,8 @@ def use_merge_ctas(rows: int, num_splits: int, num_sms: int, group: int) -> bool
             and rows * (num_splits + 1) <= (SM_WARPS // 8) * num_sms)
 
 
-def use_ring4(rows: int, num_splits: int, num_sms: int, warps: int) -> bool:
+def use_ring4(rows: int, num_splits: int, num_sms: int, warps: int,
+              max_kv_len: int | None = None) -> bool:
     """Whether a ``decode_pair`` call (GQA <= 4, head_dim 128, pages of multiples of CHUNK
     tokens) of ``rows`` (sequence, KV head) pairs runs ``decode_pair_ring4``, the pair kernel
     with a 4-deep cp.async ring instead of 8: with 8 warps from ``RING4_MIN_SPLITS`` splits
@@ -304,12 +342,23 @@ def use_ring4(rows: int, num_splits: int, num_sms: int, warps: int) -> bool:
       (4 and 2 wide splits) 3-4 % at 128K, batch 128 (4 warps, two waves) 5 % at 128K
       though 1-3 % faster at 8K-64K; batch 32 (one wide split) within 1 %.
 
-    Lengths are not known to the plan, so the rule follows the batch shape only (``num_sms``
-    is read for 4 warps only). The merge-CTA build, when it runs, has a 4-deep ring of its
-    own. ``OSCAR_CUTE_RING4=0|1`` overrides the rule (benchmarks)."""
+    The rule follows the batch shape (``num_sms`` is read for 4 warps only); with the length
+    hint ``max_kv_len`` (session 21) also short sequences take the 4-deep ring: when a warp's
+    share of the longest sequence, ``max_kv_len / (warps * num_splits)``, is at most
+    ``RING4_WARP_TOKENS[warps]`` (perf/results/2026-12-02_h200_s21_ring_*, split plans forced,
+    alternating rounds): qwen3-8b batch 8 (4 wide splits) 1.2-2.6 / 2.0 / 0.7 us faster at 8K
+    / 16K / 32K, even at 48K, 0.2-0.8 / 1 / 3 us slower at 64K / 96K / 128K; batch 10 (3
+    splits) 1.5 us faster at 8K-16K, even at 32K-48K; batch 16 (2 splits) 1.2-2.5 us faster
+    at 4K-8K, even at 16K-32K, slower from 48K; batch 24 (4 warps x 11 splits, four waves)
+    3.5 / 2 us faster at 8K / 16K, 2-5 us slower at 32K-64K; batch 48 (4 x 6) 4 us faster at
+    8K, slower from 16K. The merge-CTA build, when it runs, has a 4-deep ring of its own.
+    ``OSCAR_CUTE_RING4=0|1`` overrides the rule (benchmarks)."""
     force = os.environ.get("OSCAR_CUTE_RING4")
     if force is not None:
         return force == "1"
+    if (max_kv_len is not None and os.environ.get("OSCAR_CUTE_LENGTH_HINT") != "0"
+            and max_kv_len <= RING4_WARP_TOKENS[warps] * warps * num_splits):
+        return True
     if warps == 8:
         return num_splits >= RING4_MIN_SPLITS or num_splits == 1
     return rows * num_splits <= (SM_WARPS // warps) * num_sms
@@ -317,12 +366,13 @@ def use_ring4(rows: int, num_splits: int, num_sms: int, warps: int) -> bool:
 
 def launch_op(batch_size: int, h: int, group: int, head_dim: int, warps: int,
               num_splits: int, device, any_page: bool = False,
-              merge_ctas: bool | None = None, ring4: bool | None = None) -> str:
+              merge_ctas: bool | None = None, ring4: bool | None = None,
+              max_kv_len: int | None = None) -> str:
     """The bundle op a planned call on ``device`` launches: :func:`decode_op`,
     ``decode_pair_mc`` where the merge-CTA build runs (:func:`use_merge_ctas`, or forced by
     ``merge_ctas``), else ``decode_pair_ring4`` where the 4-deep ring build runs
-    (:func:`use_ring4` when the bundle has it, or forced by ``ring4``). Typed errors for
-    what the builds cannot run."""
+    (:func:`use_ring4` when the bundle has it, with the length hint ``max_kv_len``, or
+    forced by ``ring4``). Typed errors for what the builds cannot run."""
     use_merge = num_splits * group > FUSED_TAIL_ROWS
     if use_merge and warps == 8:
         # its partials stay in the rotated space for the fused tail; the merge kernel takes
@@ -350,7 +400,7 @@ def launch_op(batch_size: int, h: int, group: int, head_dim: int, warps: int,
             f"multiple of {CHUNK} tokens, from a bundle that has it; got GQA {group}, "
             f"head_dim {head_dim}, {warps} warps, any_page={any_page}")
     if ring4_ok and (use_ring4(batch_size * h, num_splits,
-                               _num_sms(device) if warps == 4 else 0, warps)
+                               _num_sms(device) if warps == 4 else 0, warps, max_kv_len)
                      if ring4 is None else ring4):
         op = "decode_pair_ring4"
     return op
@@ -384,7 +434,8 @@ def _row_strides(spec) -> tuple[int, int, int]:
 
 def decode(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots, rot_k, rot_v,
            sm_scale, *, out=None, num_splits: int | None = None, warps: int | None = None,
-           merge_ctas: bool | None = None, ring4: bool | None = None):
+           merge_ctas: bool | None = None, ring4: bool | None = None,
+           max_kv_len: int | None = None):
     """Backend entry of :func:`oscar_kernels.ops.paged_decode_attention` (inputs validated).
 
     ``q [batch_size, num_qo_heads, head_dim]``; returns ``(o, lse)``: ``o`` of q's dtype in
@@ -392,12 +443,15 @@ def decode(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots, rot_
     float32 natural log. No host synchronization; every launch is graph-capturable.
     ``warps`` / ``num_splits`` override :func:`plan` (tests, benchmarks); ``merge_ctas``
     forces the merge-CTA build (:func:`use_merge_ctas`) on or off for wide pair calls,
-    ``ring4`` the 4-deep ring build (:func:`use_ring4`) for pair calls.
+    ``ring4`` the 4-deep ring build (:func:`use_ring4`) for pair calls. ``max_kv_len``, the
+    longest sequence's length in tokens, is a plan hint (:func:`short_splits`,
+    :func:`use_ring4`): it changes speed only, never results, so a graph captured with one
+    hint replays correctly at every length.
     """
     steps, result = decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len,
                                  window_slots, rot_k, rot_v, sm_scale, out=out,
                                  num_splits=num_splits, warps=warps, merge_ctas=merge_ctas,
-                                 ring4=ring4)
+                                 ring4=ring4, max_kv_len=max_kv_len)
     for _, step in steps:
         step()
     return result()
@@ -405,11 +459,12 @@ def decode(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots, rot_
 
 def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots, rot_k, rot_v,
                  sm_scale, *, out=None, num_splits: int | None = None, warps: int | None = None,
-                 merge_ctas: bool | None = None, ring4: bool | None = None):
+                 merge_ctas: bool | None = None, ring4: bool | None = None,
+                 max_kv_len: int | None = None):
     """The launches of :func:`decode` as ``[(name, fn)]`` over buffers allocated here, plus
     a ``result()`` returning ``(o, lse)`` after they ran (used by the per-step benchmark).
     ``merge_ctas`` forces the merge-CTA build on or off for wide pair calls, ``ring4`` the
-    4-deep ring build for pair calls (tests)."""
+    4-deep ring build for pair calls (tests), ``max_kv_len`` is the plan's length hint."""
     import torch
 
     spec = cache.spec
@@ -423,6 +478,8 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
            "None, 4 or (head_dim 128) 8", warps)
     expect(num_splits is None or isinstance(num_splits, int) and 1 <= num_splits <= MAX_SPLITS,
            "num_splits", f"an int in [1, {MAX_SPLITS}]", num_splits)
+    expect(max_kv_len is None or isinstance(max_kv_len, int) and not isinstance(max_kv_len, bool)
+           and max_kv_len >= 0, "max_kv_len", "None or an int >= 0", max_kv_len)
     any_page = spec.page_size % CHUNK != 0
     if any_page and warps == 8:
         raise UnsupportedConfigError(
@@ -432,14 +489,14 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
         sms = _num_sms(dev)
         if warps is None:
             warps, planned = plan(batch_size, h, sms, group, d,
-                                  wide_available(group, d, any_page))
+                                  wide_available(group, d, any_page), max_kv_len)
         else:
             planned = num_splits_for(batch_size, h, sms, group, warps, d)
             if warps == 8:      # the wide build merges in its fused tail only (below)
                 planned = min(planned, max(1, FUSED_TAIL_ROWS // group))
         num_splits = planned if num_splits is None else num_splits
     op = launch_op(batch_size, h, group, d, warps, num_splits, dev, any_page, merge_ctas,
-                   ring4)
+                   ring4, max_kv_len)
     use_merge = num_splits * group > FUSED_TAIL_ROWS
     o_part = torch.empty(batch_size, num_qo_heads, num_splits, d, dtype=torch.float32, device=dev)
     lse_part = torch.empty(batch_size, num_qo_heads, num_splits, dtype=torch.float32, device=dev)

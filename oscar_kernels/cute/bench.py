@@ -6,7 +6,8 @@
 Caches hold random codes, positive random fp16 scales and BF16 windows (timing does not
 depend on the values). Each op is timed by perf/harness.py (CUDA-graph replay, cold L2,
 median). Bytes are what the kernel must read: INT2 codes+params of every INT2-region
-token, BF16 window rows, plus q and o.
+token, BF16 window rows, plus q and o. The CuTe decode gets each case's context as its
+length hint (``max_kv_len``); ``OSCAR_CUTE_LENGTH_HINT=0`` plans it from the shapes only.
 """
 
 from __future__ import annotations
@@ -172,7 +173,8 @@ def main(argv=None) -> int:
                 for ns in [None] + a.splits:
                     out = torch.empty_like(q)
                     steps, _ = cute.decode_steps(q, cache, *table, rk, rv, d ** -0.5, out=out,
-                                                 num_splits=ns, warps=a.warps)
+                                                 num_splits=ns, warps=a.warps,
+                                                 max_kv_len=n)
                     for name, fn in steps:
                         fn()
                     key = "auto" if ns is None else f"ns{ns}"
@@ -187,13 +189,14 @@ def main(argv=None) -> int:
                 out = torch.empty_like(q)
                 try:
                     fn = lambda: ops.paged_decode_attention(q, cache, *table, rot, out=out,  # noqa
-                                                            backend=be, check_bounds=False)
+                                                            backend=be, check_bounds=False,
+                                                            max_kv_len=n)
                     if be == "cute" and a.warps is not None:
                         from oscar_kernels import cute
 
                         rk, rv = rot.per_head(h)
                         fn = lambda: cute.decode(q, cache, *table, rk, rv, d ** -0.5,  # noqa
-                                                 out=out, warps=a.warps)
+                                                 out=out, warps=a.warps, max_kv_len=n)
                     fn()
                     t = time_cuda(fn, warmup=5, rep=a.rep, graph=True, cold_l2=True)
                     row[f"{be}_ms"] = t["median_ms"]

@@ -25,7 +25,9 @@ and the prefill ``run`` also takes the chunk's new ``k``/``v`` (extend appends t
 ``plan`` runs on the host and is not captured: it checks the page table once (bounds,
 monotonic offsets, distinct window slots), keeps the largest page id and slot as Python
 ints, copies the tables into persistent buffers when ``use_cuda_graph=True`` (the
-buffers are then the ones a captured graph reads) and resolves the backend. ``run``
+buffers are then the ones a captured graph reads), keeps the decode batch's longest
+sequence as the CuTe plan's length hint (without ``use_cuda_graph`` only: a captured launch
+serves every later length) and resolves the backend. ``run``
 never synchronizes with the device: it checks shapes against the plan in Python and calls
 the public op with ``check_bounds=False``.
 """
@@ -516,6 +518,11 @@ class Int2BatchDecodeWithPagedKVCacheWrapper(_PlannedWrapper):
                    f"batch_size {self._fixed_batch_size} (fixed under CUDA graphs)",
                    table["batch_size"])
         plan.update(table)
+        # the longest sequence as the CuTe plan's length hint (fewer splits, a shallower copy
+        # ring for short batches); not under CUDA graphs, where a launch captured at one
+        # (often dummy) length replays at every later one
+        plan["max_kv_len"] = (None if self._use_cuda_graph or not table["seq_lens"].numel()
+                              else int(table["seq_lens"].max()))
         plan["indptr"] = self._store("_paged_kv_indptr_buf", indptr, non_blocking, True)
         plan["indices"] = self._store("_paged_kv_indices_buf", indices, non_blocking, False)
         plan["last_page_len"] = self._store("_paged_kv_last_page_len_buf", last_page_len,
@@ -563,7 +570,8 @@ class Int2BatchDecodeWithPagedKVCacheWrapper(_PlannedWrapper):
         result = ops.paged_decode_attention(
             q, paged_kv_cache, plan["indptr"], plan["indices"], plan["last_page_len"],
             plan["window_slots"], rot, sm_scale=plan["sm_scale"], out=out,
-            return_lse=return_lse, backend=backend, check_bounds=False)
+            return_lse=return_lse, backend=backend, check_bounds=False,
+            max_kv_len=plan["max_kv_len"])
         return self._lse(result, return_lse, lse_base, lse)
 
     forward = run

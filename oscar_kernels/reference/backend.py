@@ -14,7 +14,8 @@ def append(cache, *args) -> None:
 
 
 def decode(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots, rot_k, rot_v,
-           sm_scale, *, out=None):
+           sm_scale, *, out=None, max_kv_len=None):
+    """The spec (``max_kv_len``, a plan hint for fast backends, is not needed here)."""
     return paged_decode(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots,
                         rot_k, rot_v, sm_scale)
 

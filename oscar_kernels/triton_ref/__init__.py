@@ -88,7 +88,8 @@ def append(cache, append_key, append_value, batch_indices, positions, kv_indices
 
 
 def decode(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots, rot_k, rot_v,
-           sm_scale, *, out=None):
+           sm_scale, *, out=None, max_kv_len=None):
+    """The Triton decode (``max_kv_len``, the CuTe plan's length hint, is not used)."""
     from .paged_decode import paged_decode_attention_triton
 
     return paged_decode_attention_triton(q, cache, kv_indptr, kv_indices, kv_last_page_len,
