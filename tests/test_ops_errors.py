@@ -105,6 +105,27 @@ def test_decode_q_errors(setup):
         _decode(cache, table, rot, out=torch.empty(2, 6, 64, dtype=torch.bfloat16))
 
 
+def test_decode_length_hint(setup):
+    """``max_kv_len`` is a plan hint: typed errors for a non-int or a negative length, the same
+    result for any value (the reference ignores it)."""
+    spec, cache, table, rot = setup
+    for bad in ("20", 20.0, True):
+        with pytest.raises(TypeError, match="max_kv_len: expected None or an int"):
+            _decode(cache, table, rot, max_kv_len=bad)
+    with pytest.raises(ValueError, match="max_kv_len: expected a length >= 0, got -1"):
+        _decode(cache, table, rot, max_kv_len=-1)
+    # fill the poisoned pages with both sequences (20 and 7 tokens)
+    pos = torch.cat([torch.arange(20), torch.arange(7)]).to(torch.int32)
+    _append(cache, table, rot, append_key=torch.randn(27, 2, 64),
+            append_value=torch.randn(27, 2, 64), positions=pos,
+            batch_indices=i32([0] * 20 + [1] * 7))
+    q = torch.randn(2, 6, 64)
+    want = _decode(cache, table, rot, q=q)
+    assert torch.isfinite(want).all()
+    for n in (0, 20, 1 << 20):
+        assert torch.equal(_decode(cache, table, rot, q=q, max_kv_len=n), want)
+
+
 def test_rotation_errors(setup):
     spec, cache, table, rot = setup
     with pytest.raises(TypeError, match="rotation: expected a LayerRotation"):

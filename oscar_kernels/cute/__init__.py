@@ -55,10 +55,13 @@ MERGE_CTA_MIN_SPLITS = 16
 #: made 5-6 splits (qwen3-8b batch 5-6) and one split (batch 27-33) faster with it.
 RING4_MIN_SPLITS = 5
 #: A length hint (``max_kv_len``: the longest sequence of the call, known to the caller on
-#: the host; see :func:`short_splits` and :func:`use_ring4`): a single wave of more than one
-#: CTA per SM is planned for one CTA per SM when a warp's share of the longest sequence is
-#: below this many tokens (its fixed costs outweigh a second CTA's share of the SM).
-SHORT_WARP_TOKENS = 192
+#: the host; see :func:`short_splits` and :func:`use_ring4`): a single wave of two CTAs per SM
+#: is planned for one CTA per SM when a warp's share of the longest sequence is below this
+#: many tokens, by CTA width (warps per CTA; a CTA's fixed costs then outweigh a second
+#: CTA's share of the SM) ...
+SHORT_WARP_TOKENS = {8: 192, 4: 120}
+#: ... and the one-CTA-per-SM plan still fills this fraction of the SMs.
+SHORT_MIN_FILL = 0.7
 #: ... and a pair call (head_dim 128) runs the 4-deep ring build when a warp's share of the
 #: longest sequence is at most this many tokens, by CTA width (warps per CTA).
 RING4_WARP_TOKENS = {8: 1024, 4: 512}
@@ -278,23 +281,31 @@ def short_splits(rows: int, warps: int, num_splits: int, num_sms: int, group: in
                  max_kv_len: int | None) -> int:
     """The split count of a planned call (``rows`` (sequence, KV head) pairs, CTAs of
     ``warps`` warps) given the length hint ``max_kv_len`` (the longest sequence, tokens;
-    ``None``: ``num_splits`` as planned from the shapes). A single wave of more than one CTA
-    per SM becomes one CTA per SM (``num_sms // rows`` splits) when a warp's share of the
-    longest sequence, ``max_kv_len / (warps * num_splits)``, is below ``SHORT_WARP_TOKENS``
-    and the partials keep their merge path (fused tail or merge kernel: llama3-70b-tp8 batch
-    8 would land on the 128-row fused tail). Measured on an H200 (alternating rounds,
-    perf/results/2026-12-02_h200_s21_short_*): qwen3-8b batch 2 8 against 16 splits 1.8 /
-    2.8 / 1.0 us faster at 4K / 8K / 16K, even at 32K (2K tokens per split); batch 3 5
-    against 11 splits 2.6 / 2.4 us faster at 4K / 8K, even at 16K, 2.4 us slower at 32K;
-    batch 4 4 against 8 splits 1.3 / 0.8 us faster at 4K / 8K, 1 us slower at 16K;
-    llama3-70b-tp8 batch 4 (4 warps) 33 against 66 splits 1.6-1.8 us faster at 4K-16K, even
-    at 32K; batch 32 4 against 8 wide splits 2.3-2.5 us faster at 4K-8K, even at 16K, 1.6 us
-    slower at 32K. ``OSCAR_CUTE_LENGTH_HINT=0`` ignores the hint (benchmarks)."""
+    ``None``: ``num_splits`` as planned from the shapes). A single wave of more than one and
+    at most two CTAs per SM becomes one CTA per SM (``num_sms // rows`` splits) when
+
+    * a warp's share of the longest sequence, ``max_kv_len / (warps * num_splits)``, is below
+      ``SHORT_WARP_TOKENS[warps]``,
+    * the new grid fills at least ``SHORT_MIN_FILL`` of the SMs, and
+    * the partials keep their merge path (fused tail or merge kernel: llama3-70b-tp8 batch 8
+      would land on the 128-row fused tail).
+
+    Measured on an H200 (session 21, alternating rounds, perf/results/2026-12-02_h200_s21_*):
+    the one-CTA-per-SM plans against the shapes' ones, e.g. qwen3-8b batch 2 (8 against 16
+    wide splits) 8-16 % faster at 2K-8K and 4 % at 16K, even from 32K (a warp's share 256
+    tokens); batch 3 (5 / 11) 12-15 % at 2K-8K, even at 16K, slower at 32K; llama3-70b-tp8
+    batch 2-7 (4 warps, 66 / 128 splits at batch 2) 5-12 % faster at 2K-16K, even or up to
+    5 % slower from a warp's share of ~124 tokens (batch 3 / 64K 186: 5 % slower); batch 32
+    (4 / 8 wide splits) 7-12 % faster at 2K-8K, even at 16K. Not taken: four 4-warp CTAs per
+    SM (smollm2 batch 8-32, qwen3-8b batch 12: up to 40 % slower with one), a third of the
+    SMs left empty (qwen3-8b batch 10: 80 CTAs, 3 % slower). ``OSCAR_CUTE_LENGTH_HINT=0``
+    ignores the hint (benchmarks)."""
     if max_kv_len is None or os.environ.get("OSCAR_CUTE_LENGTH_HINT") == "0":
         return num_splits
     one = num_sms // rows
-    if not (rows * num_splits > num_sms and rows * num_splits <= (SM_WARPS // warps) * num_sms
-            and 1 <= one < num_splits and max_kv_len < SHORT_WARP_TOKENS * warps * num_splits
+    if not (num_sms < rows * num_splits <= 2 * num_sms and 1 <= one < num_splits
+            and rows * one >= SHORT_MIN_FILL * num_sms
+            and max_kv_len < SHORT_WARP_TOKENS[warps] * warps * num_splits
             and (num_splits * group > FUSED_TAIL_ROWS) == (one * group > FUSED_TAIL_ROWS)):
         return num_splits
     return one

@@ -642,3 +642,70 @@ def test_use_ring4_follows_the_measured_shapes(monkeypatch):
     assert not cute.use_ring4(16, 16, 0, 8)
     monkeypatch.setenv("OSCAR_CUTE_RING4", "1")
     assert cute.use_ring4(1024, 1, 132, 4)
+
+
+@pytest.mark.parametrize("batch_size,num_kv_heads,group,head_dim,max_kv_len,want", [
+    (2, 8, 4, 128, 8192, (8, 8)),       # qwen3-8b: 256 wide CTAs -> one per SM
+    (2, 8, 4, 128, 16384, (8, 8)),      # a warp's share 128 tokens < 192
+    (2, 8, 4, 128, 32768, (8, 16)),     # 256 tokens: as planned from the shapes
+    (3, 8, 4, 128, 4096, (8, 5)),
+    (4, 8, 4, 128, 16384, (8, 8)),      # 256 tokens
+    (10, 8, 4, 128, 2048, (8, 3)),      # one per SM would leave 52 of 132 SMs empty
+    (12, 8, 4, 128, 2048, (4, 5)),      # 480 4-warp CTAs: more than two per SM
+    (4, 1, 8, 128, 16384, (4, 33)),     # llama3-70b-tp8, merge kernel either way
+    (4, 1, 8, 128, 32768, (4, 66)),     # a 4-warp share of 124 tokens >= 120
+    (8, 1, 8, 128, 2048, (4, 33)),      # 16 splits would land on the 128-row fused tail
+    (32, 1, 8, 128, 8192, (8, 4)),
+    (32, 1, 8, 128, 16384, (8, 8)),
+    (48, 1, 8, 128, 4096, (8, 2)),      # 96 CTAs: 73 % of the SMs
+    (8, 3, 3, 64, 2048, (4, 22)),       # smollm2: four 4-warp CTAs per SM, kept
+    (1, 8, 4, 128, 2048, (8, 16)),      # 128 CTAs: one per SM already
+])
+def test_length_hint_plans_one_cta_per_sm_for_short_single_waves(
+        batch_size, num_kv_heads, group, head_dim, max_kv_len, want, monkeypatch):
+    monkeypatch.delenv("OSCAR_CUTE_LENGTH_HINT", raising=False)
+    shapes = cute.plan(batch_size, num_kv_heads, 132, group, head_dim)
+    assert cute.plan(batch_size, num_kv_heads, 132, group, head_dim, True, None) == shapes
+    assert cute.plan(batch_size, num_kv_heads, 132, group, head_dim, True, max_kv_len) == want
+    monkeypatch.setenv("OSCAR_CUTE_LENGTH_HINT", "0")
+    assert cute.plan(batch_size, num_kv_heads, 132, group, head_dim, True, max_kv_len) == shapes
+
+
+def test_length_hint_plans_stay_launchable():
+    """Over every batch 1-256 and length of the three presets, the hint only lowers the split
+    count, keeps the CTA width and the merge path, and never plans a wide call whose partials
+    would need the merge kernel."""
+    for h, group, d in ((8, 4, 128), (1, 8, 128), (3, 3, 64)):
+        for b in range(1, 257):
+            w0, s0 = cute.plan(b, h, 132, group, d)
+            for n in (0, 1, 300, 2048, 4096, 12000, 16384, 50000, 131072, 1 << 20):
+                w, s = cute.plan(b, h, 132, group, d, True, n)
+                assert w == w0 and 1 <= s <= s0, (h, b, n)
+                assert (s * group > cute.FUSED_TAIL_ROWS) == (s0 * group > cute.FUSED_TAIL_ROWS)
+                assert w == 4 or s * group <= cute.FUSED_TAIL_ROWS
+                if s < s0:
+                    assert b * h * s <= 132 < b * h * s0
+
+
+def test_length_hint_takes_the_4_deep_ring_for_short_pair_calls(monkeypatch):
+    """A warp's share of at most RING4_WARP_TOKENS tokens: qwen3-8b batch 8 (4 wide splits)
+    up to 32K, batch 16 (2 splits) up to 16K, batch 24 (4 warps x 11 splits, four waves) up
+    to 22K; the shape rule's choices stay (the hint only adds the shallow ring)."""
+    monkeypatch.delenv("OSCAR_CUTE_RING4", raising=False)
+    monkeypatch.delenv("OSCAR_CUTE_LENGTH_HINT", raising=False)
+    assert cute.use_ring4(64, 4, 0, 8, 32768) and not cute.use_ring4(64, 4, 0, 8, 32769)
+    assert cute.use_ring4(128, 2, 0, 8, 16384) and not cute.use_ring4(128, 2, 0, 8, 65536)
+    assert cute.use_ring4(192, 11, 132, 4, 16384) and not cute.use_ring4(192, 11, 132, 4, 32768)
+    assert cute.use_ring4(40, 6, 0, 8, 1 << 20) and cute.use_ring4(256, 1, 0, 8, 1 << 20)
+    assert not cute.use_ring4(64, 4, 0, 8, None)
+    monkeypatch.setenv("OSCAR_CUTE_LENGTH_HINT", "0")
+    assert not cute.use_ring4(64, 4, 0, 8, 4096)
+    monkeypatch.setenv("OSCAR_CUTE_RING4", "0")
+    monkeypatch.delenv("OSCAR_CUTE_LENGTH_HINT")
+    assert not cute.use_ring4(64, 4, 0, 8, 4096)
+    if cute._bundle.has_kernel("decode_pair_ring4", 128, 8):
+        monkeypatch.delenv("OSCAR_CUTE_RING4")
+        dev, kw = torch.device("cuda", 0), {"merge_ctas": False}   # device never queried
+        assert cute.launch_op(8, 8, 4, 128, 8, 4, dev, max_kv_len=8192,
+                              **kw) == "decode_pair_ring4"
+        assert cute.launch_op(8, 8, 4, 128, 8, 4, dev, max_kv_len=65536, **kw) == "decode_pair"

@@ -264,6 +264,40 @@ def test_cute_decode_ring4_planned():
 
 
 @needs_sm90
+@pytest.mark.parametrize("num_kv_heads,gqa,batch,lens", [
+    (8, 4, 2, [3000, 17]),     # qwen3-8b: 8 wide splits instead of 16, the 4-deep ring
+    (8, 4, 8, [4000] * 7 + [1]),   # 2 splits instead of 4, the 4-deep ring
+    (8, 4, 8, [20000, 9000] + [321] * 6),   # 4 splits, the 4-deep ring for 20000
+    (1, 8, 4, [9000, 1, 0, 5000]),  # llama3-70b-tp8: 33 splits instead of 66, merge kernel
+    (1, 8, 32, [6000] * 31 + [65]),     # 4 wide splits instead of 8
+])
+def test_cute_decode_length_hint_plans(num_kv_heads, gqa, batch, lens):
+    """The plans the length hint picks (``max_kv_len`` = the longest sequence) match the
+    reference, through the public op, and each differs from the shapes' plan."""
+    from oscar_kernels import cute
+
+    dev = torch.device("cuda")
+    sms = cute._num_sms(dev)
+    hint = max(lens)
+    assert len(lens) == batch
+    shapes = cute.plan(batch, num_kv_heads, sms, gqa, 128)
+    hinted = cute.plan(batch, num_kv_heads, sms, gqa, 128, True, hint)
+    ops_shapes = [cute.launch_op(batch, num_kv_heads, gqa, 128, *p, dev, max_kv_len=n)
+                  for p, n in ((shapes, None), (hinted, hint))]
+    assert (hinted, ops_shapes[1]) != (shapes, ops_shapes[0])
+    gen = torch.Generator().manual_seed(batch * 7 + gqa)
+    spec = CacheSpec(num_kv_heads=num_kv_heads, head_dim=128, page_size=16, kv_layout="HND")
+    cache, table, rot, q = _fill(spec, lens, gen, num_kv_heads * gqa, dev)
+    scale = spec.head_dim ** -0.5
+    ref32, ref_lse, yard = reference_decode(cache, table, rot, q, scale)
+    out = torch.full(q.shape, float("nan"), dtype=q.dtype, device=dev)
+    got, lse = ops.paged_decode_attention(q, cache, *table, rot, out=out, backend="cute",
+                                          return_lse=True, max_kv_len=hint)
+    torch.cuda.synchronize()
+    _assert_close(got.cpu(), lse.cpu(), lens, ref32, ref_lse, yard)
+
+
+@needs_sm90
 def test_cute_decode_merge_ctas_cuda_graph():
     """A graph replay of the merge-CTA build gives the eager result (the merge CTAs reset
     their counters, so every replay starts clean)."""

@@ -190,6 +190,27 @@ def test_append_and_decode_wrapper_equal_ops(backend, page_size, layout, gen):
         torch.testing.assert_close(o.float(), spec_o.float(), atol=3e-2, rtol=3e-2)
 
 
+def test_decode_wrapper_passes_the_longest_sequence_as_hint(gen, monkeypatch):
+    """Eager plans hand the batch's longest sequence to the op as its length hint
+    (``max_kv_len``); under CUDA graphs none (a captured launch serves every later length)."""
+    spec, cache, rot, (ip, ix, last, slots), ap, k, v = _setup(gen, seq_lens=(40, 90, 7))
+    seen = []
+    real = ops.paged_decode_attention
+    monkeypatch.setattr(ops, "paged_decode_attention",
+                        lambda *a, **kw: seen.append(kw["max_kv_len"]) or real(*a, **kw))
+    q = torch.randn(3, 4, 64, generator=gen).to(torch.bfloat16)
+    w = fi.Int2BatchDecodeWithPagedKVCacheWrapper(torch.empty(0), backend="reference")
+    w.plan(ip, ix, last, 4, 2, 64, 16, window_slots=slots, rotation=rot)
+    w.run(q, cache)
+    bufs = (torch.empty(4, dtype=torch.int32), torch.empty(64, dtype=torch.int32),
+            torch.empty(3, dtype=torch.int32))
+    g = fi.Int2BatchDecodeWithPagedKVCacheWrapper(torch.empty(0), "NHD", True, False, *bufs,
+                                                  backend="reference")
+    g.plan(ip, ix, last, 4, 2, 64, 16, window_slots=slots, rotation=rot)
+    g.run(q, cache)
+    assert seen == [int(fi.get_seq_lens(ip, last, 16).max()), None] == [90, None]
+
+
 def test_decode_wrapper_one_plan_many_layers(gen):
     """One plan per forward; each layer passes its own cache and rotation to run()."""
     spec, cache0, rot0, (ip, ix, last, slots), ap, k, v = _setup(gen)
