@@ -375,7 +375,7 @@ class OscarCacheLayer(CacheLayerMixin):
                                                backend=self.backend)
             o = ops.paged_decode_attention(q, self.cache, indptr, indices, last, slots,
                                            self.rotation, sm_scale=sm_scale,
-                                           backend=self.backend)
+                                           backend=self.backend, max_kv_len=self.length)
         else:
             qo_indptr = torch.arange(bsz + 1, device=q.device, dtype=torch.int32) * t
             o = ops.paged_extend_attention(q, k, v, qo_indptr, self.cache, indptr, indices, last,
