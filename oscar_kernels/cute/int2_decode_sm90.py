@@ -469,6 +469,12 @@ _K_FORM_OVERRIDE = os.environ.get("OSCAR_CUTE_K_OPERANDS")
 if _K_FORM_OVERRIDE not in (None,) + K_OPERAND_FORMS:
     raise ValueError(f"OSCAR_CUTE_K_OPERANDS: expected one of {K_OPERAND_FORMS}, got "
                      f"{_K_FORM_OVERRIDE!r}")
+#: Experiments only (read at import): ``OSCAR_CUTE_RANK_WEIGHTS=W0/W`` builds the wide
+#: kernels with rank weights W0 / W instead of RANK0_WEIGHT / RANK_WEIGHT
+_RANK_W = os.environ.get("OSCAR_CUTE_RANK_WEIGHTS", f"{RANK0_WEIGHT}/{RANK_WEIGHT}").split("/")
+if len(_RANK_W) != 2 or not all(x.isdigit() and int(x) > 0 for x in _RANK_W):
+    raise ValueError(f"OSCAR_CUTE_RANK_WEIGHTS: expected W0/W (positive ints), got {_RANK_W!r}")
+_RANK0_W, _RANK_W = int(_RANK_W[0]), int(_RANK_W[1])
 #: Debug builds only (read when the module is imported, so set it for ``aot build``): a
 #: comma-separated list of phases to leave out -- ``rot`` (query rotation), ``loop`` (INT2
 #: chunks), ``win`` (BF16 window chunks), ``tail`` (split merge), ``merge`` (the merge after
@@ -1103,22 +1109,22 @@ class Int2PagedDecodeSm90:
                 # the measured gains were, and every warp still covers its window work)
                 npairs = num_kv_heads * cute.arch.grid_dim()[1]
                 nsm = cute.arch.nsmid()          # 132 on an H100 / H200 SXM
-                w0 = Int32(RANK_WEIGHT)
+                w0 = Int32(_RANK_W)
                 if num_splits <= RANK_MAX_SPLITS and (
                         npairs * num_splits <= (SM_WARPS // self.nw) * nsm):
                     if n_int2 >= cutlass.max(RANK_MIN_CHUNKS,
                                              2 * WINDOW_CHUNK_COST * (full + 1)) * nsw:
-                        w0 = Int32(RANK0_WEIGHT)
+                        w0 = Int32(_RANK0_W)
                 # splits s < c0 of this sequence and KV head have rank 0 (npairs and c0
                 # assume the split-major grid; otherwise w0 == RANK_WEIGHT and every split
                 # weighs the same, whatever c0 is: equal shares, still an exact partition)
                 c0 = cutlass.min(num_splits, cutlass.max(
                     (nsm - h - num_kv_heads * b + npairs - 1) // npairs, 0))
-                wt = w0 * c0 + RANK_WEIGHT * (num_splits - c0)
+                wt = w0 * c0 + _RANK_W * (num_splits - c0)
                 a0 = (tot * (w0 * cutlass.min(split, c0)
-                             + RANK_WEIGHT * cutlass.max(split - c0, 0))) // wt
+                             + _RANK_W * cutlass.max(split - c0, 0))) // wt
                 a1 = (tot * (w0 * cutlass.min(split + 1, c0)
-                             + RANK_WEIGHT * cutlass.max(split + 1 - c0, 0))) // wt
+                             + _RANK_W * cutlass.max(split + 1 - c0, 0))) // wt
                 # work units before this warp's and before the next warp's range
                 w_begin = a0 + (warp * (a1 - a0)) // self.nw - WINDOW_CHUNK_COST * (
                     wsplit * full + cutlass.min(wsplit, rem))
