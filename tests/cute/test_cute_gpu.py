@@ -272,8 +272,9 @@ def test_cute_decode_ring4_planned():
     (1, 8, 32, [6000] * 31 + [65]),     # 4 wide splits instead of 8
 ])
 def test_cute_decode_length_hint_plans(num_kv_heads, gqa, batch, lens):
-    """The plans the length hint picks (``max_kv_len`` = the longest sequence) match the
-    reference, through the public op, and each differs from the shapes' plan."""
+    """The plans the length hint picks (``max_kv_len`` = the longest sequence; each differs
+    from the shapes' plan) match the reference through the public op, and so do the plans of
+    wrong hints (0, 2^30)."""
     from oscar_kernels import cute
 
     dev = torch.device("cuda")
@@ -290,11 +291,14 @@ def test_cute_decode_length_hint_plans(num_kv_heads, gqa, batch, lens):
     cache, table, rot, q = _fill(spec, lens, gen, num_kv_heads * gqa, dev)
     scale = spec.head_dim ** -0.5
     ref32, ref_lse, yard = reference_decode(cache, table, rot, q, scale)
-    out = torch.full(q.shape, float("nan"), dtype=q.dtype, device=dev)
-    got, lse = ops.paged_decode_attention(q, cache, *table, rot, out=out, backend="cute",
-                                          return_lse=True, max_kv_len=hint)
-    torch.cuda.synchronize()
-    _assert_close(got.cpu(), lse.cpu(), lens, ref32, ref_lse, yard)
+    # the true longest sequence, and hints that are wrong both ways (a hint changes the plan,
+    # never the result: 0 plans the short-batch choices for sequences of up to 20000 tokens)
+    for n in (hint, 0, 1 << 30):
+        out = torch.full(q.shape, float("nan"), dtype=q.dtype, device=dev)
+        got, lse = ops.paged_decode_attention(q, cache, *table, rot, out=out, backend="cute",
+                                              return_lse=True, max_kv_len=n)
+        torch.cuda.synchronize()
+        _assert_close(got.cpu(), lse.cpu(), lens, ref32, ref_lse, yard)
 
 
 @needs_sm90
