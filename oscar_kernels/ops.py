@@ -272,9 +272,9 @@ def paged_decode_attention(q: torch.Tensor, cache: Int2PagedKVCache, kv_indptr: 
         The longest sequence of the batch in tokens, when the caller knows it on the host
         (e.g. from its own length list): a hint for length-dependent plan choices of the CuTe
         backend (fewer splits and a shallower copy ring for short sequences; see
-        :func:`oscar_kernels.cute.short_splits`). It affects speed only: results are the same
-        for any value, and a CUDA graph captured with one hint replays correctly at every
-        length. ``None``: plans from the shapes alone.
+        :func:`oscar_kernels.cute.short_splits`). Any value gives a correct result (another
+        plan only sums the splits in another order), so a CUDA graph captured with one hint
+        replays correctly at every length. ``None``: plans from the shapes alone.
 
     Returns
     -------

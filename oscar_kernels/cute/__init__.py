@@ -456,7 +456,8 @@ def decode(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots, rot_
     forces the merge-CTA build (:func:`use_merge_ctas`) on or off for wide pair calls,
     ``ring4`` the 4-deep ring build (:func:`use_ring4`) for pair calls. ``max_kv_len``, the
     longest sequence's length in tokens, is a plan hint (:func:`short_splits`,
-    :func:`use_ring4`): it changes speed only, never results, so a graph captured with one
+    :func:`use_ring4`): any value gives a correct result (another plan sums the splits in
+    another order: float rounding, within the tests' tolerance), so a graph captured with one
     hint replays correctly at every length.
     """
     steps, result = decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len,
@@ -489,8 +490,9 @@ def decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots
            "None, 4 or (head_dim 128) 8", warps)
     expect(num_splits is None or isinstance(num_splits, int) and 1 <= num_splits <= MAX_SPLITS,
            "num_splits", f"an int in [1, {MAX_SPLITS}]", num_splits)
-    expect(max_kv_len is None or isinstance(max_kv_len, int) and not isinstance(max_kv_len, bool)
-           and max_kv_len >= 0, "max_kv_len", "None or an int >= 0", max_kv_len)
+    expect(max_kv_len is None or isinstance(max_kv_len, int) and not isinstance(max_kv_len, bool),
+           "max_kv_len", "None or an int", max_kv_len, TypeError)
+    expect(max_kv_len is None or max_kv_len >= 0, "max_kv_len", "a length >= 0", max_kv_len)
     any_page = spec.page_size % CHUNK != 0
     if any_page and warps == 8:
         raise UnsupportedConfigError(

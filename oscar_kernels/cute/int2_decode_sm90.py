@@ -471,10 +471,10 @@ if _K_FORM_OVERRIDE not in (None,) + K_OPERAND_FORMS:
                      f"{_K_FORM_OVERRIDE!r}")
 #: Experiments only (read at import): ``OSCAR_CUTE_RANK_WEIGHTS=W0/W`` builds the wide
 #: kernels with rank weights W0 / W instead of RANK0_WEIGHT / RANK_WEIGHT
-_RANK_W = os.environ.get("OSCAR_CUTE_RANK_WEIGHTS", f"{RANK0_WEIGHT}/{RANK_WEIGHT}").split("/")
-if len(_RANK_W) != 2 or not all(x.isdigit() and int(x) > 0 for x in _RANK_W):
-    raise ValueError(f"OSCAR_CUTE_RANK_WEIGHTS: expected W0/W (positive ints), got {_RANK_W!r}")
-_RANK0_W, _RANK_W = int(_RANK_W[0]), int(_RANK_W[1])
+_rank_w = os.environ.get("OSCAR_CUTE_RANK_WEIGHTS", f"{RANK0_WEIGHT}/{RANK_WEIGHT}").split("/")
+if len(_rank_w) != 2 or not all(x.isdigit() and int(x) > 0 for x in _rank_w):
+    raise ValueError(f"OSCAR_CUTE_RANK_WEIGHTS: expected W0/W (positive ints), got {_rank_w!r}")
+_RANK0_W, _RANK_W = int(_rank_w[0]), int(_rank_w[1])
 #: Debug builds only (read when the module is imported, so set it for ``aot build``): a
 #: comma-separated list of phases to leave out -- ``rot`` (query rotation), ``loop`` (INT2
 #: chunks), ``win`` (BF16 window chunks), ``tail`` (split merge), ``merge`` (the merge after
