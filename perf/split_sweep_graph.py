@@ -69,6 +69,9 @@ def main(argv=None) -> int:
     print("#", json.dumps(env_header(command)))
 
     kwargs = {plan: plan_kwargs(plan, hq // h, d) for plan in a.plans}   # malformed: fail now
+
+    def call_kwargs(plan, n):     # `auto` gets the context as its length hint
+        return dict(kwargs[plan], max_kv_len=n if plan == "auto" else None)
     cases = []
     for n in a.context:
         cache, table = make_cache(spec, a.batch, n, dev)
@@ -76,8 +79,7 @@ def main(argv=None) -> int:
         outs = {}
         for plan in a.plans:
             out = torch.full_like(q, float("nan"))
-            cute.decode(q, cache, *table, rk, rv, d ** -0.5, out=out, **kwargs[plan],
-                        max_kv_len=n if plan == "auto" else None)
+            cute.decode(q, cache, *table, rk, rv, d ** -0.5, out=out, **call_kwargs(plan, n))
             outs[plan] = out
         ref = outs[a.plans[0]].float()
         for plan in a.plans:
@@ -90,7 +92,7 @@ def main(argv=None) -> int:
             times = []
             for n, cache, table, q in cases:
                 out = torch.empty_like(q)
-                kw = dict(kwargs[plan], max_kv_len=n if plan == "auto" else None)
+                kw = call_kwargs(plan, n)
                 fn = lambda: cute.decode(q, cache, *table, rk, rv, d ** -0.5, out=out, **kw)  # noqa
                 ms = time_cuda(fn, warmup=5, rep=a.rep)["median_ms"]
                 times.append(f"{n // 1024}K {1e3 * ms:.1f}")

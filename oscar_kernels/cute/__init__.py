@@ -277,6 +277,11 @@ def plan(batch_size: int, num_kv_heads: int, num_sms: int, group: int, head_dim:
     return warps, short_splits(rows, warps, splits, num_sms, group, max_kv_len)
 
 
+def _length_hint(max_kv_len: int | None) -> int | None:
+    """``max_kv_len``, or ``None`` when ``OSCAR_CUTE_LENGTH_HINT=0`` turns the hint off."""
+    return None if os.environ.get("OSCAR_CUTE_LENGTH_HINT") == "0" else max_kv_len
+
+
 def short_splits(rows: int, warps: int, num_splits: int, num_sms: int, group: int,
                  max_kv_len: int | None) -> int:
     """The split count of a planned call (``rows`` (sequence, KV head) pairs, CTAs of
@@ -300,7 +305,8 @@ def short_splits(rows: int, warps: int, num_splits: int, num_sms: int, group: in
     SM (smollm2 batch 8-32, qwen3-8b batch 12: up to 40 % slower with one), a third of the
     SMs left empty (qwen3-8b batch 10: 80 CTAs, 3 % slower). ``OSCAR_CUTE_LENGTH_HINT=0``
     ignores the hint (benchmarks)."""
-    if max_kv_len is None or os.environ.get("OSCAR_CUTE_LENGTH_HINT") == "0":
+    max_kv_len = _length_hint(max_kv_len)
+    if max_kv_len is None:
         return num_splits
     one = num_sms // rows
     if not (num_sms < rows * num_splits <= 2 * num_sms and 1 <= one < num_splits
@@ -367,8 +373,8 @@ def use_ring4(rows: int, num_splits: int, num_sms: int, warps: int,
     force = os.environ.get("OSCAR_CUTE_RING4")
     if force is not None:
         return force == "1"
-    if (max_kv_len is not None and os.environ.get("OSCAR_CUTE_LENGTH_HINT") != "0"
-            and max_kv_len <= RING4_WARP_TOKENS[warps] * warps * num_splits):
+    max_kv_len = _length_hint(max_kv_len)
+    if max_kv_len is not None and max_kv_len <= RING4_WARP_TOKENS[warps] * warps * num_splits:
         return True
     if warps == 8:
         return num_splits >= RING4_MIN_SPLITS or num_splits == 1
