@@ -83,6 +83,8 @@ WINDOW_CHUNK_COST = 7
 #: session-10 trace (..._trace_decode_*_85a32f1.json) still had rank-1 loops ending 6-11 %
 #: later, and 3/2 measured 1-2 % faster than 5/4 (qwen3-8b batch 8, llama3-70b-tp8 batch
 #: 64 / 128), 7/4 and 2/1 slower (perf/results/2026-11-29_h200_s10_ab_rank_weight*.txt).
+#: Not in a full wave (#CTAs == 2 x #SMs): the dispatch pairs CTAs otherwise there and equal
+#: shares were 10-15 % faster (session 22, perf/results/2026-12-02_h200_s22_*).
 RANK0_WEIGHT = 3
 RANK_WEIGHT = 2
 #: ... only when every warp's range is at least this many INT2 chunks (and covers twice its

@@ -47,6 +47,11 @@ bundle holds 3 small libraries per head_dim plus the 2 wide decode builds at 128
      0.5-2 % faster, perf/results/2026-11-29_h200_s9_ab_ranked3_*.txt; session 10, 3/2 with
      up to 8 splits and 8 chunks: another 1-4.5 % at 32K-128K, 3-7 % slower for 8 splits at
      8K-16K, ..._s10_ab_rank_*.txt; the constants in ``oscar_kernels.cute`` say where).
+     Not in a full wave (every slot of the SMs taken, e.g. 264 CTAs on 132 SMs): the
+     dispatch order differs there (session 22's traces: 8 SMs got two CTAs of rank 0 by
+     index and 8 others two of rank 1, 6:4 work instead of 5:5), and equal shares were
+     10-15 % faster (llama3-70b-tp8 batch 33 / 44 / 66 / 88 / 132, qwen3-8b batch 11 at
+     32K-128K, perf/results/2026-12-02_h200_s22_*).
   3. The CTA's warps are combined through shared memory; each CTA writes one normalized
      partial and its base-2 log-sum-exp. In the 4-warp builds, when there is one split or
      the merge kernel runs next, the CTA applies ``R_V[h]^T`` to its partial itself (tensor
@@ -1107,11 +1112,15 @@ class Int2PagedDecodeSm90:
                 # slots; splits of rank 0 take RANK0_WEIGHT / RANK_WEIGHT the work of the
                 # others (long ranges only: at least RANK_MIN_CHUNKS per warp, where
                 # the measured gains were, and every warp still covers its window work)
+                # A full wave (every slot taken) is dispatched otherwise: on an H200 8 SMs
+                # get two of the first #SMs CTAs and 8 others two of the rest (session 22,
+                # traces), so its splits weigh the same (equal shares were 10-15 % faster
+                # there; with 258-262 CTAs the dispatch still matches L // #SMs).
                 npairs = num_kv_heads * cute.arch.grid_dim()[1]
                 nsm = cute.arch.nsmid()          # 132 on an H100 / H200 SXM
                 w0 = Int32(_RANK_W)
                 if num_splits <= RANK_MAX_SPLITS and (
-                        npairs * num_splits <= (SM_WARPS // self.nw) * nsm):
+                        npairs * num_splits < (SM_WARPS // self.nw) * nsm):
                     if n_int2 >= cutlass.max(RANK_MIN_CHUNKS,
                                              2 * WINDOW_CHUNK_COST * (full + 1)) * nsw:
                         w0 = Int32(_RANK0_W)

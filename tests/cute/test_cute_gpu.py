@@ -453,6 +453,21 @@ def test_cute_decode_rank_weighted_shares_8_splits():
 
 
 @needs_sm90
+def test_cute_decode_full_wave_equal_shares():
+    """The plan at llama3-70b-tp8 batch 33: 8 warps x 8 splits, 264 CTAs, every slot of
+    132 SMs taken, where the kernel gives every split the same share (session 22); long,
+    short and empty sequences, against the reference."""
+    from oscar_kernels import cute
+
+    assert cute.plan(33, 1, 132, 8, 128, True) == (8, 8)
+    gen = torch.Generator().manual_seed(37)
+    lens = torch.randint(300, 40000, (33,), generator=gen).tolist()
+    lens[4], lens[17], lens[32] = 0, 9500, 70000
+    spec = CacheSpec(num_kv_heads=1, head_dim=128, page_size=16, kv_layout="HND")
+    _check(spec, lens, 8, seed=41)
+
+
+@needs_sm90
 def test_cute_decode_batch_256():
     gen = torch.Generator().manual_seed(7)
     lens = torch.randint(1, 1500, (256,), generator=gen).tolist()
