@@ -34,6 +34,9 @@ SM_WARPS = 16
 CTA_WARPS = (4, 8)
 #: Least fill of the single wave the split heuristic accepts before adding a split.
 WAVE_FILL = 0.8
+#: A single wave of 4-warp CTAs takes fewer splits when that lowers the busiest SM's load by
+#: at least this fraction (see :func:`busiest_sm_splits`).
+BUSY_MIN_GAIN = 0.05
 MAX_SPLITS = 128
 #: The kernel's last CTA of a (sequence, KV head) merges the splits, un-rotates and stores o
 #: when ``num_splits * group <= FUSED_TAIL_ROWS`` (one launch in all; 4-warp builds with one
@@ -44,6 +47,12 @@ FUSED_TAIL_ROWS = 128
 #: The wide build (8 warps per CTA) is planned only where its fused tail merges at most this
 #: many partial rows per (sequence, KV head): two 32-row round trips (see :func:`plan`).
 WIDE_MAX_ROWS = 64
+#: ... and, for ``decode`` (GQA > 4), up to this many: 2.5 round trips still beat 4-warp CTAs
+#: there (session 22, alternating rounds, perf/results/2026-12-02_h200_s22_plan_*):
+#: llama3-70b-tp8 batch 26-29 (80 / 72 rows: 8 x 10, 8 x 9) 3-5 % faster at 32K-128K
+#: (batch 25 1-2 %, batch 27 / 28 also at 8K), while 88 and 96 rows lost up to 10 % at 8K
+#: (batch 21-23) and won 1-3 % at 128K.
+WIDE_MAX_ROWS_DECODE = 80
 #: ... and, for the pair kernel, with the splits capped at WIDE_MAX_ROWS // group when the
 #: wide plan's tail would be longer, if that leaves at least this many CTAs per SM (see plan)
 CAPPED_MIN_FILL = 7 / 8
@@ -212,6 +221,9 @@ def num_splits_for(batch_size: int, num_kv_heads: int, num_sms: int, group: int 
     is slower than the merge kernel (qwen3-8b batch 2: 32 splits with the fused tail 39.5 /
     72.5 us at 32K / 128K, 33 splits and the merge kernel 33.2 / 65.0 us).
 
+    Since session 22 a single wave of 4-warp CTAs with the fused tail takes fewer splits
+    where the busiest SM then holds less work (:func:`busiest_sm_splits`).
+
     Depends on shapes only (never on sequence lengths), so decode stays graph-capturable.
     """
     per_sm = SM_WARPS // warps
@@ -229,7 +241,26 @@ def num_splits_for(batch_size: int, num_kv_heads: int, num_sms: int, group: int 
             if light * group > FUSED_TAIL_ROWS:
                 want = min(want, light)
                 break
+    elif warps == 4 and rows * want <= slots:  # one wave of 4-warp CTAs, fused tail
+        want = busiest_sm_splits(rows, want, num_sms)
     return max(1, min(MAX_SPLITS, want))
+
+
+def busiest_sm_splits(rows: int, num_splits: int, num_sms: int) -> int:
+    """Splits for a single wave of ``rows * num_splits`` 4-warp CTAs: the call ends with
+    the busiest SM, which holds ``ceil(rows * s / num_sms)`` CTAs of ``1 / s`` of a
+    sequence each. Returns the ``s`` in ``[num_splits // 2, num_splits]`` with the least
+    such load when it is at least ``BUSY_MIN_GAIN`` below ``num_splits``' (the larger on
+    ties), else ``num_splits``. E.g. llama3-70b-tp8 batch 89: 5 splits put 4 CTAs of 1/5 on
+    49 SMs (0.8 of a sequence), 4 splits at most 3 of 1/4 (0.75). Measured on an H200
+    (session 22, alternating rounds, perf/results/2026-12-02_h200_s22_plan_*): 4 splits
+    against 5 at llama3-70b-tp8 batch 89 5 / 6.5 % faster at 128K / 32K, qwen3-8b batch 12
+    1.9-2.5 %."""
+    def load(s: int) -> float:
+        return math.ceil(rows * s / num_sms) / s
+
+    best = min(range(max(1, num_splits // 2), num_splits + 1), key=lambda s: (load(s), -s))
+    return best if load(best) <= (1 - BUSY_MIN_GAIN) * load(num_splits) else num_splits
 
 
 def plan(batch_size: int, num_kv_heads: int, num_sms: int, group: int, head_dim: int,
@@ -240,7 +271,8 @@ def plan(batch_size: int, num_kv_heads: int, num_sms: int, group: int, head_dim:
 
     The wide build (8 warps per CTA, 2 CTAs per SM, head_dim 128) runs when its own plan is
     a single wave whose partials the fused tail merges in at most ``WIDE_MAX_ROWS`` rows
-    per (sequence, KV head); otherwise CTAs of 4 warps. Half as many CTAs per SM then share
+    per (sequence, KV head) (``WIDE_MAX_ROWS_DECODE`` for GQA > 4, since session 22);
+    otherwise CTAs of 4 warps. Half as many CTAs per SM then share
     an SM's issue slots, and the per-CTA work of a single wave (query rotation, combine,
     partial stores; all at the same moment on every SM) halves per SM. Measured on an H200
     (``cute.bench --warps 4|8``, alternating rounds; perf/results/2026-11-29_h200_s9_ab_w8_*,
@@ -271,7 +303,8 @@ def plan(batch_size: int, num_kv_heads: int, num_sms: int, group: int, head_dim:
         # the pair kernel with fewer splits than a full wave: the fused tail at WIDE_MAX_ROWS
         # rows instead of the merge kernel, while about one wide CTA per SM remains
         capped = WIDE_MAX_ROWS // group
-        if one_wave and wide * group <= WIDE_MAX_ROWS:
+        max_rows = WIDE_MAX_ROWS if group <= PAIR_MAX_GROUP else WIDE_MAX_ROWS_DECODE
+        if one_wave and wide * group <= max_rows:
             warps, splits = 8, wide
         elif (group <= PAIR_MAX_GROUP and capped < wide
                 and CAPPED_MIN_FILL * num_sms <= rows * capped <= (SM_WARPS // 8) * num_sms):

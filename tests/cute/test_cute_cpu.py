@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 
 import pytest
 import torch
@@ -197,13 +198,39 @@ def test_num_splits_depends_on_shapes_only(batch_size, num_kv_heads, group, want
     (64, 8, 4, 128, (4, 1)),     # wide: 512 CTAs are two waves -> 4 warps
     (128, 8, 4, 128, (4, 1)),
     (50, 8, 4, 128, (4, 6)),
-    (8, 8, 4, 64, (4, 8))])      # head_dim 64: 4 warps only
+    (8, 8, 4, 64, (4, 8)),       # head_dim 64: 4 warps only
+    (26, 1, 8, 128, (8, 10)),    # GQA 8: up to WIDE_MAX_ROWS_DECODE (80) rows
+    (29, 1, 8, 128, (8, 9)),
+    (24, 1, 8, 128, (4, 22)),    # 11 x 8 = 88 rows: 4 warps
+    (89, 1, 8, 128, (4, 4)),     # 445 CTAs: 4 on 49 SMs; 356: at most 3 (busiest_sm_splits)
+    (100, 1, 8, 128, (4, 5)),    # 500 CTAs; 400 would also put 4 on some SMs
+    (12, 8, 4, 128, (4, 4))])
 def test_plan_picks_the_wide_build_for_one_wave_and_a_short_tail(batch_size, num_kv_heads, group,
                                                             head_dim, want):
     assert cute.plan(batch_size, num_kv_heads, 132, group, head_dim) == want
     # without the wide kernels (an older bundle) every shape runs 4 warps
     assert cute.plan(batch_size, num_kv_heads, 132, group, head_dim, False) == (
         4, cute.num_splits_for(batch_size, num_kv_heads, 132, group, head_dim=head_dim))
+
+
+def test_busiest_sm_splits_lowers_the_busiest_sms_load():
+    """A single wave of 4-warp CTAs: the chosen split count never loads the busiest SM more
+    than the planned one, takes fewer splits only for a gain of BUSY_MIN_GAIN or more, and
+    no count in [s // 2, s] would have been lighter still."""
+    def load(rows, s, nsm):
+        return math.ceil(rows * s / nsm) / s
+
+    for nsm in (132, 114, 78):
+        for rows in range(1, 4 * nsm + 1):
+            for s in range(1, 4 * nsm // rows + 1):
+                got = cute.busiest_sm_splits(rows, s, nsm)
+                assert max(1, s // 2) <= got <= s
+                best = min(load(rows, x, nsm) for x in range(max(1, s // 2), s + 1))
+                if got != s:
+                    assert load(rows, got, nsm) == best
+                    assert best <= (1 - cute.BUSY_MIN_GAIN) * load(rows, s, nsm)
+                else:
+                    assert best > (1 - cute.BUSY_MIN_GAIN) * load(rows, s, nsm)
 
 
 @pytest.mark.parametrize("batch_size,want,want_before", [
@@ -651,7 +678,7 @@ def test_use_ring4_follows_the_measured_shapes(monkeypatch):
     (3, 8, 4, 128, 4096, (8, 5)),
     (4, 8, 4, 128, 16384, (8, 8)),      # 256 tokens
     (10, 8, 4, 128, 2048, (8, 3)),      # one per SM would leave 52 of 132 SMs empty
-    (12, 8, 4, 128, 2048, (4, 5)),      # 480 4-warp CTAs: more than two per SM
+    (12, 8, 4, 128, 2048, (4, 4)),      # 384 4-warp CTAs: more than two per SM
     (4, 1, 8, 128, 16384, (4, 33)),     # llama3-70b-tp8, merge kernel either way
     (4, 1, 8, 128, 32768, (4, 66)),     # a 4-warp share of 124 tokens >= 120
     (8, 1, 8, 128, 2048, (4, 33)),      # 16 splits would land on the 128-row fused tail
