@@ -254,8 +254,9 @@ def busiest_sm_splits(rows: int, num_splits: int, num_sms: int) -> int:
     ties), else ``num_splits``. E.g. llama3-70b-tp8 batch 89: 5 splits put 4 CTAs of 1/5 on
     49 SMs (0.8 of a sequence), 4 splits at most 3 of 1/4 (0.75). Measured on an H200
     (session 22, alternating rounds, perf/results/2026-12-02_h200_s22_plan_*): 4 splits
-    against 5 at llama3-70b-tp8 batch 89 5 / 6.5 % faster at 128K / 32K, qwen3-8b batch 12
-    1.9-2.5 %."""
+    against 5 at llama3-70b-tp8 batch 89 / 95 / 99 3.2-4.2 / 5.8-6.5 / 3.5-5 % faster at 8K /
+    32K / 128K, smollm2 batch 30 / 33 2.3-2.9 %, qwen3-8b batch 12 1.3-2.5 % at 32K-128K
+    (0.5 % slower at 8K); 5 against 6 at smollm2 batch 26 6.3-6.7 %."""
     def load(s: int) -> float:
         return math.ceil(rows * s / num_sms) / s
 
