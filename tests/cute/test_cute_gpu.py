@@ -438,33 +438,24 @@ def test_cute_decode_rank_weighted_shares():
 
 
 @needs_sm90
-def test_cute_decode_rank_weighted_shares_8_splits():
-    """The plan at llama3-70b-tp8 batch 32 (1 KV head, GQA 8): 8 warps x 8 splits, one wave
-    of 256 CTAs on the split-major grid; sequences from below RANK_MIN_CHUNKS per warp (equal
-    shares) to far above it (rank-weighted), and an empty one."""
+@pytest.mark.parametrize("batch,seeds,specials", [
+    (32, (23, 29), (5, 9, 30)),
+    (33, (37, 41), (4, 17, 32))])
+def test_cute_decode_rank_weighted_shares_8_splits(batch, seeds, specials):
+    """The plans at llama3-70b-tp8 batch 32 and 33 (1 KV head, GQA 8): 8 warps x 8 splits on
+    the split-major grid. Batch 32: one wave of 256 CTAs, sequences from below
+    RANK_MIN_CHUNKS per warp (equal shares) to far above it (rank-weighted); batch 33: 264
+    CTAs, every slot of 132 SMs taken, where the kernel gives every split the same share
+    (session 22). Each with an empty, a mid-length and a 70000-token sequence."""
     from oscar_kernels import cute
 
-    assert cute.plan(32, 1, 132, 8, 128, True) == (8, 8)
-    gen = torch.Generator().manual_seed(23)
-    lens = torch.randint(300, 40000, (32,), generator=gen).tolist()
-    lens[5], lens[9], lens[30] = 0, 9500, 70000
+    assert cute.plan(batch, 1, 132, 8, 128, True) == (8, 8)
+    gen = torch.Generator().manual_seed(seeds[0])
+    lens = torch.randint(300, 40000, (batch,), generator=gen).tolist()
+    for i, n in zip(specials, (0, 9500, 70000)):
+        lens[i] = n
     spec = CacheSpec(num_kv_heads=1, head_dim=128, page_size=16, kv_layout="HND")
-    _check(spec, lens, 8, seed=29)
-
-
-@needs_sm90
-def test_cute_decode_full_wave_equal_shares():
-    """The plan at llama3-70b-tp8 batch 33: 8 warps x 8 splits, 264 CTAs, every slot of
-    132 SMs taken, where the kernel gives every split the same share (session 22); long,
-    short and empty sequences, against the reference."""
-    from oscar_kernels import cute
-
-    assert cute.plan(33, 1, 132, 8, 128, True) == (8, 8)
-    gen = torch.Generator().manual_seed(37)
-    lens = torch.randint(300, 40000, (33,), generator=gen).tolist()
-    lens[4], lens[17], lens[32] = 0, 9500, 70000
-    spec = CacheSpec(num_kv_heads=1, head_dim=128, page_size=16, kv_layout="HND")
-    _check(spec, lens, 8, seed=41)
+    _check(spec, lens, 8, seed=seeds[1])
 
 
 @needs_sm90
