@@ -49,9 +49,9 @@ FUSED_TAIL_ROWS = 128
 WIDE_MAX_ROWS = 64
 #: ... and, for ``decode`` (GQA > 4), up to this many: 2.5 round trips still beat 4-warp CTAs
 #: there (session 22, alternating rounds, perf/results/2026-12-02_h200_s22_plan_*):
-#: llama3-70b-tp8 batch 26-29 (80 / 72 rows: 8 x 10, 8 x 9) 3-5 % faster at 32K-128K
-#: (batch 25 1-2 %, batch 27 / 28 also at 8K), while 88 and 96 rows lost up to 10 % at 8K
-#: (batch 21-23) and won 1-3 % at 128K.
+#: llama3-70b-tp8 batch 26-29 (80 / 72 rows: 8 x 10, 8 x 9) 0.4-5.4 % faster at 8K-128K
+#: (batch 25 1-2 % at 32K-128K, 0.7 % slower at 8K), while 88 and 96 rows lost up to 10 % at
+#: 8K (batch 21-23) and won 1-3 % at 128K.
 WIDE_MAX_ROWS_DECODE = 80
 #: ... and, for the pair kernel, with the splits capped at WIDE_MAX_ROWS // group when the
 #: wide plan's tail would be longer, if that leaves at least this many CTAs per SM (see plan)
