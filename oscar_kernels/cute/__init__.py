@@ -37,6 +37,10 @@ WAVE_FILL = 0.8
 #: A single wave of 4-warp CTAs takes fewer splits when that lowers the busiest SM's load by
 #: at least this fraction (see :func:`busiest_sm_splits`).
 BUSY_MIN_GAIN = 0.05
+#: ... and the pair kernel's single wave of 4-warp CTAs (fused tail) is planned instead of
+#: the wide build's single wave when its busiest SM holds more than this fraction less of a
+#: sequence (see :func:`busiest_sm_load` and :func:`plan`).
+WIDE_BUSY_MARGIN = 0.10
 MAX_SPLITS = 128
 #: The kernel's last CTA of a (sequence, KV head) merges the splits, un-rotates and stores o
 #: when ``num_splits * group <= FUSED_TAIL_ROWS`` (one launch in all; 4-warp builds with one
@@ -246,6 +250,13 @@ def num_splits_for(batch_size: int, num_kv_heads: int, num_sms: int, group: int 
     return max(1, min(MAX_SPLITS, want))
 
 
+def busiest_sm_load(rows: int, num_splits: int, num_sms: int) -> float:
+    """Sequences' worth of KV the busiest SM holds when ``rows * num_splits`` equal CTAs
+    (``1 / num_splits`` of a sequence each) spread evenly over ``num_sms`` SMs:
+    ``ceil(rows * num_splits / num_sms) / num_splits``. Compares plans of either CTA width."""
+    return math.ceil(rows * num_splits / num_sms) / num_splits
+
+
 def busiest_sm_splits(rows: int, num_splits: int, num_sms: int) -> int:
     """Splits for a single wave of ``rows * num_splits`` 4-warp CTAs: the call ends with
     the busiest SM, which holds ``ceil(rows * s / num_sms)`` CTAs of ``1 / s`` of a
@@ -258,7 +269,7 @@ def busiest_sm_splits(rows: int, num_splits: int, num_sms: int) -> int:
     32K / 128K, smollm2 batch 30 / 33 2.3-2.9 %, qwen3-8b batch 12 1.3-2.5 % at 32K-128K
     (0.5 % slower at 8K); 5 against 6 at smollm2 batch 26 6.3-6.7 %."""
     def load(s: int) -> float:
-        return math.ceil(rows * s / num_sms) / s
+        return busiest_sm_load(rows, s, num_sms)
 
     best = min(range(max(1, num_splits // 2), num_splits + 1), key=lambda s: (load(s), -s))
     return best if load(best) <= (1 - BUSY_MIN_GAIN) * load(num_splits) else num_splits
@@ -287,6 +298,18 @@ def plan(batch_size: int, num_kv_heads: int, num_sms: int, group: int, head_dim:
       at 8K +3-8 %; batch 64 / 128 at 100K 3-5 % faster, but the plan cannot see lengths);
     * head_dim 64 keeps 4 warps (its 4 M tiles of the rotations cannot feed 8 warps).
 
+    Session 23: the pair kernel (GQA <= 4) keeps its 4-warp plan when that is a single
+    wave with the fused tail whose busiest SM holds more than ``WIDE_BUSY_MARGIN`` less of a
+    sequence than the wide plan's (:func:`busiest_sm_load`; the wide build halves the
+    per-CTA work, which the load does not count). Measured on an H200 (alternating rounds,
+    perf/results/2026-12-02_h200_s23_*), 4 against 8 warps: qwen3-8b batch 9 (4 x 7 against
+    8 x 3, 14 % less load) 7-9 % faster at 32K-128K, even at 8K; batch 7 (4 x 9 against 8 x 4,
+    11 %) 3-6 % faster at 32K-128K, 5 % slower at 8K; llama2-7b-tp4 (MHA) batch 7 / 9 3-6 /
+    5-10 % faster at 8K-128K; but qwen3-8b batch 6 (9 %) 2-4 % faster at 64K-128K, 4 / 15 %
+    slower at 32K / 8K, batch 5 (8 %) and the ties (batch 4, 8, 10, 11, 14, 16) even or slower.
+    ``decode`` (GQA 8) stays wide: llama3-70b-tp8 batch 54-58 (11 %) 1-19 % slower at
+    8K-64K, batch 72 (14 %) 3-6 % faster at 64K-128K but 12 % slower at 8K.
+
     Session 10: where the wide plan would need more than ``WIDE_MAX_ROWS`` rows, ``decode_pair``
     (GQA <= 4) takes ``WIDE_MAX_ROWS // group`` splits instead, fused tail and no merge kernel,
     when that still makes ``CAPPED_MIN_FILL`` x #SMs CTAs or more: qwen3-8b batch 1 (128 CTAs
@@ -305,7 +328,13 @@ def plan(batch_size: int, num_kv_heads: int, num_sms: int, group: int, head_dim:
         # rows instead of the merge kernel, while about one wide CTA per SM remains
         capped = WIDE_MAX_ROWS // group
         max_rows = WIDE_MAX_ROWS if group <= PAIR_MAX_GROUP else WIDE_MAX_ROWS_DECODE
-        if one_wave and wide * group <= max_rows:
+        # the pair kernel's 4-warp single wave (fused tail) when it loads the busiest SM
+        # more than WIDE_BUSY_MARGIN less than the wide single wave (session 23)
+        narrow = (group <= PAIR_MAX_GROUP and rows * splits <= (SM_WARPS // 4) * num_sms
+                  and splits * group <= FUSED_TAIL_ROWS
+                  and busiest_sm_load(rows, splits, num_sms)
+                  < (1 - WIDE_BUSY_MARGIN) * busiest_sm_load(rows, wide, num_sms) - 1e-9)
+        if one_wave and wide * group <= max_rows and not narrow:
             warps, splits = 8, wide
         elif (group <= PAIR_MAX_GROUP and capped < wide
                 and CAPPED_MIN_FILL * num_sms <= rows * capped <= (SM_WARPS // 8) * num_sms):

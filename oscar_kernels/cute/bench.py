@@ -20,7 +20,9 @@ import sys
 
 import torch
 
-MODELS = {"qwen3-8b": (32, 8, 128), "llama3-70b-tp8": (8, 1, 128), "smollm2": (9, 3, 64)}
+#: (query heads, KV heads, head_dim) per GPU: GQA 4, GQA 8, GQA 3 at head_dim 64, and MHA
+MODELS = {"qwen3-8b": (32, 8, 128), "llama3-70b-tp8": (8, 1, 128), "smollm2": (9, 3, 64),
+          "llama2-7b-tp4": (8, 8, 128)}
 
 
 def make_cache(spec, batch_size: int, seq_len: int, dev, page_order: str = "random"):

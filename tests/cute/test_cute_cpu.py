@@ -204,7 +204,12 @@ def test_num_splits_depends_on_shapes_only(batch_size, num_kv_heads, group, want
     (24, 1, 8, 128, (4, 22)),    # 11 x 8 = 88 rows: 4 warps
     (89, 1, 8, 128, (4, 4)),     # 445 CTAs: 4 on 49 SMs; 356: at most 3 (busiest_sm_splits)
     (100, 1, 8, 128, (4, 5)),    # 500 CTAs; 400 would also put 4 on some SMs
-    (12, 8, 4, 128, (4, 4))])
+    (12, 8, 4, 128, (4, 4)),
+    (7, 8, 4, 128, (4, 9)),      # 504 CTAs, 4 on some SMs: 4/9 of a sequence; wide 8 x 4: 2/4
+    (9, 8, 4, 128, (4, 7)),      # 4/7 against 8 x 3's 2/3 (WIDE_BUSY_MARGIN)
+    (9, 8, 1, 128, (4, 7)),      # MHA: the same pair kernel
+    (6, 8, 4, 128, (8, 5)),      # 4 x 11: 4/11 against 2/5, 9 % less: stays wide
+    (72, 1, 8, 128, (8, 3))])    # GQA 8 (decode) stays wide at 14 % less
 def test_plan_picks_the_wide_build_for_one_wave_and_a_short_tail(batch_size, num_kv_heads, group,
                                                             head_dim, want):
     assert cute.plan(batch_size, num_kv_heads, 132, group, head_dim) == want
@@ -231,6 +236,32 @@ def test_busiest_sm_splits_lowers_the_busiest_sms_load():
                     assert best <= (1 - cute.BUSY_MIN_GAIN) * load(rows, s, nsm)
                 else:
                     assert best > (1 - cute.BUSY_MIN_GAIN) * load(rows, s, nsm)
+
+
+def test_plan_keeps_4_warps_only_for_a_lighter_busiest_sm():
+    """Where both widths plan a single wave with the fused tail, the pair kernel (GQA <= 4)
+    runs 4 warps exactly when that loads the busiest SM more than WIDE_BUSY_MARGIN less."""
+    seen = set()
+    for nsm in (132, 114, 78):
+        for h in (1, 2, 4, 8, 16):
+            for group in (1, 2, 4, 8):
+                for b in range(1, 257):
+                    rows = b * h
+                    narrow = cute.num_splits_for(b, h, nsm, group, head_dim=128)
+                    wide = cute.num_splits_for(b, h, nsm, group, warps=8)
+                    max_rows = (cute.WIDE_MAX_ROWS if group <= cute.PAIR_MAX_GROUP
+                                else cute.WIDE_MAX_ROWS_DECODE)
+                    if not (rows * wide <= 2 * nsm and wide * group <= max_rows
+                            and rows * narrow <= 4 * nsm
+                            and narrow * group <= cute.FUSED_TAIL_ROWS):
+                        continue
+                    lighter = (cute.busiest_sm_load(rows, narrow, nsm)
+                               < (1 - cute.WIDE_BUSY_MARGIN) * cute.busiest_sm_load(rows, wide, nsm)
+                               - 1e-9)
+                    want = (4, narrow) if lighter and group <= cute.PAIR_MAX_GROUP else (8, wide)
+                    assert cute.plan(b, h, nsm, group, 128) == want, (nsm, h, group, b)
+                    seen.add(want[0])
+    assert seen == {4, 8}
 
 
 @pytest.mark.parametrize("batch_size,want,want_before", [
