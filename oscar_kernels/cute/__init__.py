@@ -78,6 +78,9 @@ SHORT_MIN_FILL = 0.7
 #: ... and a pair call (head_dim 128) runs the 4-deep ring build when a warp's share of the
 #: longest sequence is at most this many tokens, by CTA width (warps per CTA).
 RING4_WARP_TOKENS = {8: 1024, 4: 512}
+#: ... and the wide single wave is kept against a lighter 4-warp one (WIDE_BUSY_MARGIN) when
+#: a wide warp's share of the longest sequence is at most this many tokens (see :func:`plan`).
+WIDE_SHORT_WARP_TOKENS = 512
 #: Depths of each warp's cp.async ring (chunks in flight per warp): see :func:`ring_depth`
 DEEP_STAGES = 8
 SHALLOW_STAGES = 4
@@ -278,7 +281,8 @@ def busiest_sm_splits(rows: int, num_splits: int, num_sms: int) -> int:
 def plan(batch_size: int, num_kv_heads: int, num_sms: int, group: int, head_dim: int,
          wide_available: bool = True, max_kv_len: int | None = None) -> tuple[int, int]:
     """``(warps, num_splits)`` of a decode call: from the shapes, then (with the length hint
-    ``max_kv_len``) :func:`short_splits`. Graph-capturable either way (a captured launch
+    ``max_kv_len``) :func:`short_splits`; the hint also keeps the wide plan for short
+    sequences where the shapes alone pick a lighter 4-warp wave (session 23). Graph-capturable either way (a captured launch
     keeps its plan; any plan is correct for any length).
 
     The wide build (8 warps per CTA, 2 CTAs per SM, head_dim 128) runs when its own plan is
@@ -308,7 +312,12 @@ def plan(batch_size: int, num_kv_heads: int, num_sms: int, group: int, head_dim:
     5-10 % faster at 8K-128K; but qwen3-8b batch 6 (9 %) 2-4 % faster at 64K-128K, 4 / 15 %
     slower at 32K / 8K, batch 5 (8 %) and the ties (batch 4, 8, 10, 11, 14, 16) even or slower.
     ``decode`` (GQA 8) stays wide: llama3-70b-tp8 batch 54-58 (11 %) 1-19 % slower at
-    8K-64K, batch 72 (14 %) 3-6 % faster at 64K-128K but 12 % slower at 8K.
+    8K-64K, batch 72 (14 %) 3-6 % faster at 64K-128K but 12 % slower at 8K. With the length
+    hint the wide plan (then with its 4-deep ring) stays where a wide warp's share of the
+    longest sequence is at most ``WIDE_SHORT_WARP_TOKENS``: qwen3-8b batch 7 12-19 % faster
+    at 2K-8K and 7 % at 16K (512 tokens per warp), 1.4 % slower at 32K; batch 9 6-14 % faster
+    at 2K-8K (341 per warp), 2 % slower at 16K; llama2-7b-tp4 batch 7 / 9 9 / 5 % faster at
+    2K, within 2.5 % either way at 4K-16K.
 
     Session 10: where the wide plan would need more than ``WIDE_MAX_ROWS`` rows, ``decode_pair``
     (GQA <= 4) takes ``WIDE_MAX_ROWS // group`` splits instead, fused tail and no merge kernel,
@@ -319,6 +328,7 @@ def plan(batch_size: int, num_kv_heads: int, num_sms: int, group: int, head_dim:
     128K, batch 12 (96 CTAs) up to 22 % slower.
     """
     rows = batch_size * num_kv_heads
+    hint = _length_hint(max_kv_len)
     warps, splits = 4, num_splits_for(batch_size, num_kv_heads, num_sms, group,
                                       head_dim=head_dim)
     if head_dim == 128 and wide_available:
@@ -333,7 +343,8 @@ def plan(batch_size: int, num_kv_heads: int, num_sms: int, group: int, head_dim:
         narrow = (group <= PAIR_MAX_GROUP and rows * splits <= (SM_WARPS // 4) * num_sms
                   and splits * group <= FUSED_TAIL_ROWS
                   and busiest_sm_load(rows, splits, num_sms)
-                  < (1 - WIDE_BUSY_MARGIN) * busiest_sm_load(rows, wide, num_sms) - 1e-9)
+                  < (1 - WIDE_BUSY_MARGIN) * busiest_sm_load(rows, wide, num_sms) - 1e-9
+                  and (hint is None or hint > WIDE_SHORT_WARP_TOKENS * 8 * wide))
         if one_wave and wide * group <= max_rows and not narrow:
             warps, splits = 8, wide
         elif (group <= PAIR_MAX_GROUP and capped < wide
