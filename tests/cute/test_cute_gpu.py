@@ -268,6 +268,9 @@ def test_cute_decode_ring4_planned():
     (8, 4, 2, [3000, 17]),     # qwen3-8b: 8 wide splits instead of 16, the 4-deep ring
     (8, 4, 8, [4000] * 7 + [1]),   # 2 splits instead of 4, the 4-deep ring
     (8, 4, 8, [20000, 9000] + [321] * 6),   # 4 splits, the 4-deep ring for 20000
+    # batch 7: the shapes plan 4 warps x 9 (WIDE_BUSY_MARGIN), the hint 8 x 4 with the 4-deep
+    # ring (WIDE_SHORT_WARP_TOKENS); the 2^30 hint runs the 4-warp plan
+    (8, 4, 7, [9000, 300, 4000, 4000, 4000, 17, 4000]),
     (1, 8, 4, [9000, 1, 0, 5000]),  # llama3-70b-tp8: 33 splits instead of 66, merge kernel
     (1, 8, 32, [6000] * 31 + [65]),     # 4 wide splits instead of 8
 ])
