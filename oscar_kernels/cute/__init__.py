@@ -282,8 +282,9 @@ def plan(batch_size: int, num_kv_heads: int, num_sms: int, group: int, head_dim:
          wide_available: bool = True, max_kv_len: int | None = None) -> tuple[int, int]:
     """``(warps, num_splits)`` of a decode call: from the shapes, then (with the length hint
     ``max_kv_len``) :func:`short_splits`; the hint also keeps the wide plan for short
-    sequences where the shapes alone pick a lighter 4-warp wave (session 23). Graph-capturable either way (a captured launch
-    keeps its plan; any plan is correct for any length).
+    sequences where the shapes alone pick a lighter 4-warp wave (session 23).
+    Graph-capturable either way (a captured launch keeps its plan; any plan is correct for
+    any length).
 
     The wide build (8 warps per CTA, 2 CTAs per SM, head_dim 128) runs when its own plan is
     a single wave whose partials the fused tail merges in at most ``WIDE_MAX_ROWS`` rows
@@ -308,16 +309,16 @@ def plan(batch_size: int, num_kv_heads: int, num_sms: int, group: int, head_dim:
     per-CTA work, which the load does not count). Measured on an H200 (alternating rounds,
     perf/results/2026-12-02_h200_s23_*), 4 against 8 warps: qwen3-8b batch 9 (4 x 7 against
     8 x 3, 14 % less load) 7-9 % faster at 32K-128K, even at 8K; batch 7 (4 x 9 against 8 x 4,
-    11 %) 3-6 % faster at 32K-128K, 5 % slower at 8K; llama2-7b-tp4 (MHA) batch 7 / 9 3-6 /
-    5-10 % faster at 8K-128K; but qwen3-8b batch 6 (9 %) 2-4 % faster at 64K-128K, 4 / 15 %
-    slower at 32K / 8K, batch 5 (8 %) and the ties (batch 4, 8, 10, 11, 14, 16) even or slower.
+    11 %) 3-6 % faster at 32K-128K, 5 % slower at 8K; llama2-7b-tp4 (MHA) batch 7 / 9 2.5-5.5 /
+    5-10 % faster at 8K-128K; but qwen3-8b batch 6 (9 %) 2-4 % faster at 64K-128K, 2-4 / 15 %
+    slower at 32K / 8K, batch 5 (8 %) and the ties (batch 4, 8, 10-16) slower or within 2.5 %.
     ``decode`` (GQA 8) stays wide: llama3-70b-tp8 batch 54-58 (11 %) 1-19 % slower at
     8K-64K, batch 72 (14 %) 3-6 % faster at 64K-128K but 12 % slower at 8K. With the length
     hint the wide plan (then with its 4-deep ring) stays where a wide warp's share of the
-    longest sequence is at most ``WIDE_SHORT_WARP_TOKENS``: qwen3-8b batch 7 12-19 % faster
-    at 2K-8K and 7 % at 16K (512 tokens per warp), 1.4 % slower at 32K; batch 9 6-14 % faster
-    at 2K-8K (341 per warp), 2 % slower at 16K; llama2-7b-tp4 batch 7 / 9 9 / 5 % faster at
-    2K, within 2.5 % either way at 4K-16K.
+    longest sequence is at most ``WIDE_SHORT_WARP_TOKENS``: qwen3-8b batch 7 12-20 % faster
+    at 2K-8K and 7 % at 16K (512 tokens per warp), 1.4 % slower at 32K; batch 9 6.5-15 %
+    faster at 2K-8K (341 per warp), 2 % slower at 16K; llama2-7b-tp4 batch 7 9 % faster at
+    2K, within 2.5 % at 4K-16K, batch 9 6 % faster at 2K, 1-5 % slower at 4K-16K.
 
     Session 10: where the wide plan would need more than ``WIDE_MAX_ROWS`` rows, ``decode_pair``
     (GQA <= 4) takes ``WIDE_MAX_ROWS // group`` splits instead, fused tail and no merge kernel,
