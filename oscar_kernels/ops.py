@@ -271,8 +271,9 @@ def paged_decode_attention(q: torch.Tensor, cache: Int2PagedKVCache, kv_indptr: 
     max_kv_len : int, optional
         The longest sequence of the batch in tokens, when the caller knows it on the host
         (e.g. from its own length list): a hint for length-dependent plan choices of the CuTe
-        backend (fewer splits and a shallower copy ring for short sequences; see
-        :func:`oscar_kernels.cute.short_splits`). Any value gives a correct result (another
+        backend (fewer splits, a shallower copy ring, and where the shapes alone would
+        run 4-warp CTAs the wide ones, for short sequences; see
+        :func:`oscar_kernels.cute.plan`). Any value gives a correct result (another
         plan only sums the splits in another order), so a CUDA graph captured with one hint
         replays correctly at every length. ``None``: plans from the shapes alone.
 
