@@ -6,7 +6,7 @@ sink 64 + recent 256):
 * **append**: ``ops.quantize_append_paged_kv_cache`` of one new token per sequence (what
   every layer of every decode step runs), batch {1, 8, 32}, ``check_bounds=False`` as in
   a captured decode step; Triton backend with its default (one token per program at
-  ``nnz <= SMALL_NNZ``) and with the 16-token tile forced, beside the BF16 cache write a
+  the grid small enough, ``append_plan``) and with the 16-token tile forced, beside the BF16 cache write a
   BF16 server does (``index_copy_`` of K and V into ``[pages·16, H, D]``). Median of
   CUDA-graph replays, cold L2 (:mod:`perf.harness`), and the number of kernels one call
   launches (torch profiler).
@@ -110,12 +110,12 @@ def bench_append(batch, ctx, args):
                             + 2 * h * d * 2) + 2 * d * d * 4
     row["triton_ms"] = time_cuda(append, warmup=args.warmup, rep=args.rep)["median_ms"]
     row["launches"], row["kernels"] = count_kernels(append)
-    saved = qa.SMALL_NNZ
-    qa.SMALL_NNZ = -1                                   # force the 16-token tile path
+    saved = qa.TOKEN_PROGRAMS_PER_SM
+    qa.TOKEN_PROGRAMS_PER_SM = 0                        # force the 16-token tile path
     try:
         row["triton_tile16_ms"] = time_cuda(append, warmup=args.warmup, rep=args.rep)["median_ms"]
     finally:
-        qa.SMALL_NNZ = saved
+        qa.TOKEN_PROGRAMS_PER_SM = saved
     row["triton_TBps"] = tbps(row["bytes"], row["triton_ms"])
     # BF16 server's write of the same tokens: index_copy_ of K and V rows into the pages
     kp = torch.randn(batch * math.ceil(ctx / 16) * 16, h, d, device=DEV,

@@ -26,9 +26,18 @@ program takes ``BLOCK_T`` tokens of one KV head, axis 2 picks K (0) or V (1). Pe
 
 Constraints: ``head_dim`` a power of two in [16, 256]; ``group_size`` a power of two
 dividing it. ``BLOCK_T = 16`` is the smallest row count ``tl.dot`` takes; the rotation
-``R`` is read once per 16 tokens (L2-resident across programs), 16 rows at a time. Appends
-of at most ``SMALL_NNZ`` tokens (decode steps) run one token per program instead, the
-rotation as a broadcast product and sum (latency of one program, not throughput).
+``R`` is read once per 16 tokens (L2-resident across programs), 16 rows at a time. Small
+appends (decode steps: one token per sequence) run one token per program instead, the
+rotation as a broadcast product and sum (latency of one program, not throughput), as long
+as the grid has at most ``TOKEN_PROGRAMS_PER_SM`` programs per SM; up to
+``WIDE_TILE_PROGRAMS_PER_SM`` per SM each program takes ``R`` in one tile of up to 128 rows
+(all of its loads in flight at once, one cross-warp reduction; 128 registers a thread),
+otherwise 16 rows at a time (:func:`append_plan`). Measured on an H200 (session 24,
+perf/results/2026-12-02_h200_s24_append_probe_*.txt, 8 KV heads, head_dim 128, per-head
+rotations, cold L2, CUDA-graph replays): one-token programs with 128-row tiles 8.5 / 9.3 /
+10.7 us at 1 / 8 / 16 new tokens (16-row tiles: 11.4 / 12.1 / 12.7); at 32 the 16-row
+tiles 14.6 us (128-row 16.6); from ~50 the 16-token tiles (18-19 us, flat in the token
+count; one-token programs 19.5 / 24.5 us at 50 / 64).
 """
 
 from __future__ import annotations
@@ -41,7 +50,9 @@ from ..reference.quant import clip_index
 from ._common import interpret_mode, page_strides
 
 BLOCK_T = 16
-SMALL_NNZ = 64    # at most this many new tokens: one token per program (see the launcher)
+TOKEN_PROGRAMS_PER_SM = 6       # one token per program up to this many programs per SM
+WIDE_TILE_PROGRAMS_PER_SM = 2   # ... and R in one tile of up to 128 rows up to this many
+DEFAULT_SM_COUNT = 132          # off the GPU (the interpreter): an H100 / H200's SM count
 
 
 @triton.jit
@@ -66,7 +77,7 @@ def _quantize_append_kernel(
     PAGE_SIZE: tl.constexpr, SINK: tl.constexpr, RECENT: tl.constexpr,
     D: tl.constexpr, G: tl.constexpr, NG: tl.constexpr, FP16_PARAMS: tl.constexpr,
     WRITE_PAGES: tl.constexpr, WRITE_RECENT: tl.constexpr, BLOCK_T: tl.constexpr,
-    RANK_BY_SORT: tl.constexpr,
+    RANK_BY_SORT: tl.constexpr, KC: tl.constexpr,
 ):
     pid_t = tl.program_id(0)
     h = tl.program_id(1)
@@ -91,11 +102,12 @@ def _quantize_append_kernel(
         win_base = v_win_ptr
         clip_idx = v_clip_idx
 
-    # x' = x @ R as D/16 IEEE fp32 dots of [BLOCK_T, 16] x [16, D]: one [BLOCK_T, D] x [D, D]
-    # FMA dot made ptxas drop to 32 registers with a 9 KB spill stack (ptxas -v, sm_90a).
-    # Below 16 rows (decode: one token per sequence) tl.dot cannot run; the same fp32
-    # products are summed by a broadcast multiply and a reduction over each 16-row chunk.
-    KC: tl.constexpr = 16
+    # x' = x @ R as D/KC IEEE fp32 dots of [BLOCK_T, KC] x [KC, D] (KC = 16): one
+    # [BLOCK_T, D] x [D, D] FMA dot made ptxas drop to 32 registers with a 9 KB spill stack
+    # (ptxas -v, sm_90a). Below 16 rows (decode: one token per sequence) tl.dot cannot run;
+    # the same fp32 products are summed by a broadcast multiply and a reduction over KC
+    # rows of R at a time (the launcher's KC: all of R's rows in one tile up to D = 128, so
+    # its loads are all in flight at once and there is one cross-warp reduction).
     kc = tl.arange(0, KC)
     xrow = x_base + rows.to(tl.int64) * stride_xn + h * stride_xh                # [BLOCK_T]
     xr = tl.zeros([BLOCK_T, D], tl.float32)
@@ -176,6 +188,31 @@ def _quantize_append_kernel(
             tl.store(win_base + wrow[:, None] + d[None, :], xr_bf16, mask=rec[:, None])
 
 
+def token_rot_rows(d: int) -> int:
+    """Rows of ``R`` per tile in the wide one-token programs: 128 elements per thread of 4
+    warps (all of ``R`` at ``head_dim`` <= 128, a quarter of it at 256)."""
+    return max(16, min(d, 16384 // d))
+
+
+def _sm_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        return DEFAULT_SM_COUNT
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def append_plan(nnz: int, num_kv_heads: int, head_dim: int,
+                device: torch.device) -> tuple[int, int]:
+    """``(tokens per program, rows of R per rotation tile)`` for an append of ``nnz``
+    tokens: one-token programs while the grid (``nnz x heads x 2``) has at most
+    ``TOKEN_PROGRAMS_PER_SM`` programs per SM, with R in one wide tile up to
+    ``WIDE_TILE_PROGRAMS_PER_SM``; 16-token tiles (``tl.dot``) above."""
+    programs = nnz * num_kv_heads * 2
+    sms = _sm_count(device)
+    if programs > TOKEN_PROGRAMS_PER_SM * sms:
+        return BLOCK_T, 16
+    return 1, token_rot_rows(head_dim) if programs <= WIDE_TILE_PROGRAMS_PER_SM * sms else 16
+
+
 def quantize_append_paged_kv_cache_triton(cache, append_key: torch.Tensor,
                                           append_value: torch.Tensor,
                                           batch_indices: torch.Tensor, positions: torch.Tensor,
@@ -224,7 +261,7 @@ def quantize_append_paged_kv_cache_triton(cache, append_key: torch.Tensor,
     sw = cache.k_window.stride()
     # one token per program for small appends (a decode step: one token per sequence):
     # 16x less rotation work on the critical path of each program than a 16-row tile
-    block_t = BLOCK_T if nnz > SMALL_NNZ else 1
+    block_t, kc = append_plan(nnz, h, d, append_key.device)
     grid = (triton.cdiv(nnz, block_t), h, 2)
     _quantize_append_kernel[grid](
         append_key, append_value, append_key.stride(0), append_key.stride(1),
@@ -239,8 +276,10 @@ def quantize_append_paged_kv_cache_triton(cache, append_key: torch.Tensor,
         D=d, G=spec.group_size, NG=spec.num_groups,
         FP16_PARAMS=spec.scale_dtype == torch.float16,
         WRITE_PAGES=write_pages, WRITE_RECENT=write_recent, BLOCK_T=block_t,
-        RANK_BY_SORT=not interpret_mode(append_key.device), num_warps=8 if block_t > 1 else 4,
+        RANK_BY_SORT=not interpret_mode(append_key.device), KC=kc,
+        num_warps=8 if block_t > 1 else 4,
     )
 
 
-__all__ = ["quantize_append_paged_kv_cache_triton", "BLOCK_T", "SMALL_NNZ"]
+__all__ = ["quantize_append_paged_kv_cache_triton", "append_plan", "BLOCK_T",
+           "TOKEN_PROGRAMS_PER_SM", "WIDE_TILE_PROGRAMS_PER_SM"]

@@ -89,13 +89,33 @@ APPEND_CASES = [
     (128, 8, 16, None, "NHD", torch.float16, [1, 300, 4099, 17, 2000, 513, 64]),
     (64, 4, 64, 16, "HND", torch.float32, [300, 4099, 1]),
     (128, 2, 16, 32, "HND", torch.float16, [65536]),
-    (128, 8, 16, None, "NHD", torch.float16, [5, 17, 9, 30]),   # nnz <= 64: 1 token/program
+    (128, 8, 16, None, "NHD", torch.float16, [5, 17, 9, 30]),
 ]
+
+# the launcher's three plans (quantize_append.append_plan), forced through its thresholds
+APPEND_PLANS = {"auto": {},
+                "tile16": dict(TOKEN_PROGRAMS_PER_SM=0),
+                "token_r16": dict(TOKEN_PROGRAMS_PER_SM=10 ** 6, WIDE_TILE_PROGRAMS_PER_SM=0),
+                "token_wide": dict(TOKEN_PROGRAMS_PER_SM=10 ** 6,
+                                   WIDE_TILE_PROGRAMS_PER_SM=10 ** 6)}
 
 
 @pytest.mark.parametrize("d,h,ps,g,layout,sdt,lens", APPEND_CASES)
 def test_append_gpu(d, h, ps, g, layout, sdt, lens):
-    gen = torch.Generator().manual_seed(d + h + ps)
+    _check_append_gpu(d, h, ps, g, layout, sdt, lens)
+
+
+@pytest.mark.parametrize("plan", list(APPEND_PLANS))
+@pytest.mark.parametrize("d,h,lens", [(128, 8, [1]), (128, 8, [5, 17, 9, 30]),
+                                      (64, 3, [7, 2, 40]), (128, 1, [3] * 20)])
+def test_append_gpu_plans(d, h, lens, plan, monkeypatch):
+    from oscar_kernels.triton_ref import quantize_append as qa
+    for name, value in APPEND_PLANS[plan].items():
+        monkeypatch.setattr(qa, name, value)
+    _check_append_gpu(d, h, 16, None, "HND", torch.float16, lens)
+
+
+def _check_append_gpu(d, h, ps, g, layout, sdt, lens):
     spec = _spec(d, h, ps, g, layout, sdt)
     caches = []
     for backend in ("triton", "reference"):

@@ -70,12 +70,27 @@ def _append_both(spec, lens, gen, *, inject=False):
     return case, caches["triton"], caches["reference"]
 
 
+# the launcher's three plans (append_plan): 16-token tiles, one-token programs with 16-row
+# R tiles, one-token programs with R in one tile of up to 128 rows
+APPEND_PLANS = {"tile16": dict(TOKEN_PROGRAMS_PER_SM=0),
+                "token_r16": dict(TOKEN_PROGRAMS_PER_SM=10 ** 6, WIDE_TILE_PROGRAMS_PER_SM=0),
+                "token_wide": dict(TOKEN_PROGRAMS_PER_SM=10 ** 6,
+                                   WIDE_TILE_PROGRAMS_PER_SM=10 ** 6)}
+
+
+@pytest.mark.parametrize("plan", list(APPEND_PLANS))
 @pytest.mark.parametrize("d,h,ps,g,layout,sdt,lens", [
     (64, 2, 16, None, "NHD", torch.float16, [3, 40, 29]),
     (64, 3, 1, 16, "HND", torch.float32, [3, 40, 29]),
-    (128, 1, 7, 32, "NHD", torch.float16, [3, 20, 9]),   # nnz <= SMALL_NNZ: 1 token/program
+    (128, 1, 7, 32, "NHD", torch.float16, [3, 20, 9]),
 ])
-def test_append_matches_reference(d, h, ps, g, layout, sdt, lens):
+def test_append_matches_reference(d, h, ps, g, layout, sdt, lens, plan, monkeypatch):
+    from oscar_kernels.triton_ref import quantize_append as qa
+    for name, value in APPEND_PLANS[plan].items():
+        monkeypatch.setattr(qa, name, value)
+    nnz = sum(lens)
+    want = (16, 16) if plan == "tile16" else (1, 16 if plan == "token_r16" else d)
+    assert qa.append_plan(nnz, h, d, torch.device("cpu")) == want
     gen = torch.Generator().manual_seed(11 + d + ps)
     spec = _spec(d, h, ps, g, layout, sdt)
     case, tri, refc = _append_both(spec, lens, gen, inject=True)
@@ -97,6 +112,25 @@ def test_append_matches_reference(d, h, ps, g, layout, sdt, lens):
             assert torch.equal(torch.isfinite(a), torch.isfinite(r))
             fin = torch.isfinite(r)
             assert bool(((a[fin] - r[fin]).abs() <= r[fin].abs() * 2 ** -7 + 1e-6).all())
+
+
+def test_append_plan_thresholds():
+    """The launcher's plan by program count (nnz x heads x K/V) on 132 SMs (the CPU
+    default): one-token programs with R in one tile up to 264, with 16-row tiles up to 792,
+    16-token tiles above; R's wide tile is 128 elements per thread of 4 warps."""
+    from oscar_kernels.triton_ref import quantize_append as qa
+    cpu = torch.device("cpu")
+    assert qa.DEFAULT_SM_COUNT == 132
+    assert qa.append_plan(1, 8, 128, cpu) == (1, 128)
+    assert qa.append_plan(16, 8, 128, cpu) == (1, 128)        # 256 programs
+    assert qa.append_plan(17, 8, 128, cpu) == (1, 16)         # 272
+    assert qa.append_plan(49, 8, 128, cpu) == (1, 16)         # 784
+    assert qa.append_plan(50, 8, 128, cpu) == (16, 16)        # 800
+    assert qa.append_plan(132, 1, 128, cpu) == (1, 128)
+    assert qa.append_plan(396, 1, 64, cpu) == (1, 16)
+    assert qa.append_plan(397, 1, 64, cpu) == (16, 16)
+    assert [qa.append_plan(1, 1, d, cpu)[1] for d in (16, 32, 64, 128, 256)] == [
+        16, 32, 64, 128, 64]
 
 
 def test_append_constant_and_nonfinite_groups_exact():
