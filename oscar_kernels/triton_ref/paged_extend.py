@@ -38,6 +38,20 @@ from ._common import interpret_mode, page_strides
 from .quantize_append import quantize_append_paged_kv_cache_triton
 
 LOG2E = 1.4426950408889634
+# Launch configuration (the launcher's comment says why 16 rows); module constants so that
+# perf/extend_probe.py can try others.
+EXTEND_BLOCK_M = 16
+EXTEND_BLOCK_N = 64
+EXTEND_WARPS = 4
+EXTEND_STAGES = 1
+EXTEND_UNPACK = 2
+# Chunks of at least EXTEND_INT2_MIN_CHUNK tokens (long prefills) attend their INT2 pages in
+# _extend_int2_kernel first: EXTEND_INT2_BLOCK_M rows per program, fp16 dots only.
+EXTEND_INT2_MIN_CHUNK = 10 ** 9   # off until measured on a GPU (session 24)
+EXTEND_INT2_BLOCK_M = 128
+EXTEND_INT2_BLOCK_N = 64
+EXTEND_INT2_WARPS = 8
+EXTEND_INT2_STAGES = 2
 
 
 @triton.jit
@@ -54,6 +68,7 @@ def _paged_extend_kernel(
     PAGE_SIZE: tl.constexpr, SINK: tl.constexpr, RECENT: tl.constexpr,
     D: tl.constexpr, GQA: tl.constexpr, GP: tl.constexpr, NG: tl.constexpr,
     BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, DOT16: tl.constexpr, UNPACK: tl.constexpr,
+    part_o, part_ml, part_sn, INT2_PART: tl.constexpr,
 ):
     qb = tl.program_id(0)
     h = tl.program_id(1)
@@ -130,22 +145,44 @@ def _paged_extend_kernel(
                 q0, q1, q2, q3, k_new, v_new, nb, ok, valid,
                 m_i, l_i, a0, a1, a2, a3, PD, DOT16)
         # 4. INT2 pages: S <= p <= t - W
-        qc0, qc1, qc2, qc3, qs0, qs1, qs2, qs3 = _int2_query(q0, q1, q2, q3, DOT16, UNPACK)
-        a0, a1, a2, a3 = _int2_scale(a0, a1, a2, a3, UNPACK)
-        int2_hi = t_max - RECENT + 1
-        for p0 in range(SINK, int2_hi, BLOCK_N):
-            pos = p0 + tl.arange(0, BLOCK_N)
-            ok = pos < int2_hi
-            valid = ok[None, :] & (pos[None, :] <= t[:, None] - RECENT)
-            page = tl.load(kv_indices + first + pos // PAGE_SIZE, mask=ok, other=0).to(tl.int64)
-            slot = (pos % PAGE_SIZE).to(tl.int64)
-            cbase = page * sc_page + slot * sc_slot + h * sc_head
-            pbase = page * sp_page + slot * sp_slot + h * sp_head
-            m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3 = _int2_block(
-                qc0, qc1, qc2, qc3, qs0, qs1, qs2, qs3,
-                k_codes, v_codes, cbase, k_params, v_params, pbase, ok, valid,
-                m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3, PD, NG, DOT16, UNPACK)
-        a0, a1, a2, a3 = _int2_unscale(a0, a1, a2, a3, UNPACK)
+        if INT2_PART:
+            # _extend_int2_kernel attended them already: merge its (m, l, o) (o unnormalized,
+            # in code units with the zero terms added, rotated space; m = -inf: no keys)
+            prow = qrow * part_sn + h * GQA + r                 # [nnz, Hq] row index
+            pm = part_ml + prow * 2
+            m_p = tl.load(pm, mask=rvalid, other=float("-inf"))
+            l_p = tl.load(pm + 1, mask=rvalid, other=0.0)
+            m_new = tl.maximum(m_i, m_p)
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            al = tl.exp2(m_i - m_safe)
+            ap = tl.exp2(m_p - m_safe)
+            l_i = l_i * al + l_p * ap
+            m_i = m_new
+            po = part_o + prow[:, None] * D + tl.arange(0, PD)[None, :]
+            a0 = a0 * al[:, None] + tl.load(po, mask=rvalid[:, None], other=0.0) * ap[:, None]
+            a1 = a1 * al[:, None] + tl.load(po + PD, mask=rvalid[:, None], other=0.0) * ap[:, None]
+            a2 = (a2 * al[:, None]
+                  + tl.load(po + 2 * PD, mask=rvalid[:, None], other=0.0) * ap[:, None])
+            a3 = (a3 * al[:, None]
+                  + tl.load(po + 3 * PD, mask=rvalid[:, None], other=0.0) * ap[:, None])
+        else:
+            qc0, qc1, qc2, qc3, qs0, qs1, qs2, qs3 = _int2_query(q0, q1, q2, q3, DOT16, UNPACK)
+            a0, a1, a2, a3 = _int2_scale(a0, a1, a2, a3, UNPACK)
+            int2_hi = t_max - RECENT + 1
+            for p0 in range(SINK, int2_hi, BLOCK_N):
+                pos = p0 + tl.arange(0, BLOCK_N)
+                ok = pos < int2_hi
+                valid = ok[None, :] & (pos[None, :] <= t[:, None] - RECENT)
+                page = tl.load(kv_indices + first + pos // PAGE_SIZE, mask=ok,
+                               other=0).to(tl.int64)
+                slot = (pos % PAGE_SIZE).to(tl.int64)
+                cbase = page * sc_page + slot * sc_slot + h * sc_head
+                pbase = page * sp_page + slot * sp_slot + h * sp_head
+                m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3 = _int2_block(
+                    qc0, qc1, qc2, qc3, qs0, qs1, qs2, qs3,
+                    k_codes, v_codes, cbase, k_params, v_params, pbase, ok, valid,
+                    m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3, PD, NG, DOT16, UNPACK)
+            a0, a1, a2, a3 = _int2_unscale(a0, a1, a2, a3, UNPACK)
 
         nonempty = l_i > 0
         inv = tl.where(nonempty, 1.0 / tl.where(nonempty, l_i, 1.0), 0.0)
@@ -167,6 +204,91 @@ def _paged_extend_kernel(
         tl.store(o_ptr + qrow[:, None] * stride_on + heads[:, None] * stride_oh + dd[None, :],
                  out.to(o_ptr.dtype.element_ty), mask=rvalid[:, None])
         tl.store(lse_ptr + qrow * stride_ln + heads, lse, mask=rvalid)
+
+
+@triton.jit
+def _extend_int2_kernel(
+    qr_ptr, stride_qn, stride_qh,                      # rotated, scaled q [nnz, Hq, D] fp32
+    k_codes, v_codes, sc_page, sc_slot, sc_head,
+    k_params, v_params, sp_page, sp_slot, sp_head,
+    qo_indptr, kv_indptr, kv_indices, kv_last,
+    part_o, part_ml, part_sn,                          # [nnz, Hq, D], [nnz, Hq, 2] fp32
+    PAGE_SIZE: tl.constexpr, SINK: tl.constexpr, RECENT: tl.constexpr,
+    D: tl.constexpr, GQA: tl.constexpr, GP: tl.constexpr, NG: tl.constexpr,
+    BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, DOT16: tl.constexpr,
+):
+    """The INT2 pages of an extend (``S <= p <= t - W``) for ``BLOCK_Q`` queries x ``GP``
+    heads of one KV head, with wide row tiles (64-128 rows: the tensor cores' wgmma path)
+    and fp16 operands only; stores the unnormalized partial ``(m, l, o)`` that
+    ``_paged_extend_kernel`` merges with the BF16 rows (``INT2_PART``)."""
+    qb = tl.program_id(0)
+    h = tl.program_id(1)
+    b = tl.program_id(2)
+    PD: tl.constexpr = D // 4
+    BLOCK_M: tl.constexpr = BLOCK_Q * GP
+
+    qo0 = tl.load(qo_indptr + b)
+    n_b = tl.load(qo_indptr + b + 1) - qo0
+    q_start = qb * BLOCK_Q
+    if q_start < n_b:
+        first = tl.load(kv_indptr + b)
+        npages = tl.load(kv_indptr + b + 1) - first
+        seq_len = tl.where(npages > 0, (npages - 1) * PAGE_SIZE + tl.load(kv_last + b), 0)
+        prefix = seq_len - n_b
+        mrow = tl.arange(0, BLOCK_M)
+        qidx = q_start + mrow // GP
+        r = mrow % GP
+        rvalid = (qidx < n_b) & (r < GQA)
+        t = prefix + qidx
+        t_max = prefix + tl.minimum(q_start + BLOCK_Q, n_b) - 1
+        qrow = (qo0 + qidx).to(tl.int64)
+        j = tl.arange(0, PD)
+        qp = qr_ptr + qrow[:, None] * stride_qn + (h * GQA + r)[:, None] * stride_qh + j[None, :]
+        q0 = tl.load(qp, mask=rvalid[:, None], other=0.0)
+        q1 = tl.load(qp + PD, mask=rvalid[:, None], other=0.0)
+        q2 = tl.load(qp + 2 * PD, mask=rvalid[:, None], other=0.0)
+        q3 = tl.load(qp + 3 * PD, mask=rvalid[:, None], other=0.0)
+        if DOT16:
+            q0 = q0.to(tl.float16)
+            q1 = q1.to(tl.float16)
+            q2 = q2.to(tl.float16)
+            q3 = q3.to(tl.float16)
+        qs0 = tl.sum(q0.to(tl.float32), axis=1)
+        qs1 = tl.sum(q1.to(tl.float32), axis=1)
+        qs2 = tl.sum(q2.to(tl.float32), axis=1)
+        qs3 = tl.sum(q3.to(tl.float32), axis=1)
+        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_M], tl.float32)
+        a0 = tl.zeros([BLOCK_M, PD], tl.float32)
+        a1 = tl.zeros([BLOCK_M, PD], tl.float32)
+        a2 = tl.zeros([BLOCK_M, PD], tl.float32)
+        a3 = tl.zeros([BLOCK_M, PD], tl.float32)
+        z0 = tl.zeros([BLOCK_M], tl.float32)
+        z1 = tl.zeros([BLOCK_M], tl.float32)
+        z2 = tl.zeros([BLOCK_M], tl.float32)
+        z3 = tl.zeros([BLOCK_M], tl.float32)
+        int2_hi = t_max - RECENT + 1
+        for p0 in range(SINK, int2_hi, BLOCK_N):
+            pos = p0 + tl.arange(0, BLOCK_N)
+            ok = pos < int2_hi
+            valid = rvalid[:, None] & ok[None, :] & (pos[None, :] <= t[:, None] - RECENT)
+            page = tl.load(kv_indices + first + pos // PAGE_SIZE, mask=ok, other=0).to(tl.int64)
+            slot = (pos % PAGE_SIZE).to(tl.int64)
+            cbase = page * sc_page + slot * sc_slot + h * sc_head
+            pbase = page * sp_page + slot * sp_slot + h * sp_head
+            m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3 = _int2_block(
+                q0, q1, q2, q3, qs0, qs1, qs2, qs3,
+                k_codes, v_codes, cbase, k_params, v_params, pbase, ok, valid,
+                m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3, PD, NG, DOT16, 0)
+        prow = qrow * part_sn + h * GQA + r
+        po = part_o + prow[:, None] * D + j[None, :]
+        smask = rvalid[:, None]
+        tl.store(po, a0 + z0[:, None], mask=smask)
+        tl.store(po + PD, a1 + z1[:, None], mask=smask)
+        tl.store(po + 2 * PD, a2 + z2[:, None], mask=smask)
+        tl.store(po + 3 * PD, a3 + z3[:, None], mask=smask)
+        tl.store(part_ml + prow * 2, m_i, mask=rvalid)
+        tl.store(part_ml + prow * 2 + 1, l_i, mask=rvalid)
 
 
 def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
@@ -237,12 +359,34 @@ def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
     # 16 query rows and 4 warps: the MMAv2 (mma.sync) path the decode kernel runs. With 64
     # rows Triton picks wgmma for these fp16/TF32 operand mixes and the kernel read out of
     # bounds or returned wrong values on the H200 (tests/triton_ref, 2026-11-29).
-    block_m = 16
+    block_m = EXTEND_BLOCK_M
     block_q = max(1, block_m // gp)
-    block_n = 32 if interp else 64
+    block_n = 32 if interp else EXTEND_BLOCK_N
     sc = page_strides(cache.k_codes, spec.kv_layout)
     sp = page_strides(cache.k_params, spec.kv_layout)
     sw = cache.k_window.stride()
+    int2_part = max_chunk >= EXTEND_INT2_MIN_CHUNK
+    if int2_part:
+        # the INT2 pages first, in wide row tiles: q rotated and scaled once (fp32, torch),
+        # the partial (m, l, o) per (token, query head) merged by the kernel below
+        qr = torch.einsum("nhgd,hde->nhge", q.to(torch.float32).view(nnz, h, gqa, d), rot_k)
+        qr = (qr * (float(sm_scale) * LOG2E)).reshape(nnz, num_qo_heads, d)
+        part_o = torch.empty((nnz, num_qo_heads, d), dtype=torch.float32, device=q.device)
+        part_ml = torch.empty((nnz, num_qo_heads, 2), dtype=torch.float32, device=q.device)
+        bm = 16 if interp else EXTEND_INT2_BLOCK_M
+        bq = max(1, bm // gp)
+        _extend_int2_kernel[(triton.cdiv(max_chunk, bq), h, batch_size)](
+            qr, qr.stride(0), qr.stride(1),
+            cache.k_codes, cache.v_codes, *sc, cache.k_params, cache.v_params, *sp,
+            qo_indptr, kv_indptr, kv_indices, kv_last_page_len,
+            part_o, part_ml, num_qo_heads,
+            PAGE_SIZE=spec.page_size, SINK=spec.sink_size, RECENT=spec.recent_size,
+            D=d, GQA=gqa, GP=gp, NG=spec.num_groups, BLOCK_Q=bq,
+            BLOCK_N=32 if interp else EXTEND_INT2_BLOCK_N, DOT16=not interp,
+            num_warps=EXTEND_INT2_WARPS, num_stages=EXTEND_INT2_STAGES,
+        )
+    else:
+        part_o = part_ml = lse            # unused (INT2_PART=False)
     grid = (triton.cdiv(max_chunk, block_q), h, batch_size)
     _paged_extend_kernel[grid](
         q, q.stride(0), q.stride(1), rot_k, rot_v, rot_k.stride(0), rot_k.stride(1),
@@ -254,7 +398,9 @@ def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
         float(sm_scale) * LOG2E,
         PAGE_SIZE=spec.page_size, SINK=spec.sink_size, RECENT=spec.recent_size,
         D=d, GQA=gqa, GP=gp, NG=spec.num_groups, BLOCK_Q=block_q, BLOCK_N=block_n,
-        DOT16=not interp, UNPACK=2, num_warps=4, num_stages=1,
+        DOT16=not interp, UNPACK=EXTEND_UNPACK,
+        part_o=part_o, part_ml=part_ml, part_sn=num_qo_heads, INT2_PART=int2_part,
+        num_warps=EXTEND_WARPS, num_stages=EXTEND_STAGES,
     )
     quantize_append_paged_kv_cache_triton(cache, append_key, append_value, batch_indices,
                                           positions, *table, write_pages=False,
