@@ -198,12 +198,12 @@ def main(argv=None) -> int:
         vals = [int(x) for x in nums.split(",")]
         bm, bn, w, st = vals[:4]
         if kind == "part":      # the INT2 pages in _extend_int2_kernel, then the main kernel
-            pe.EXTEND_INT2_MIN_CHUNK = 1
+            pe.EXTEND_INT2_MIN_PROGRAMS_PER_SM = 0
             (pe.EXTEND_INT2_BLOCK_M, pe.EXTEND_INT2_BLOCK_N, pe.EXTEND_INT2_WARPS,
              pe.EXTEND_INT2_STAGES) = bm, bn, w, st
             label = f"BLOCK_M {bm} BLOCK_N {bn} warps {w} stages {st} (INT2 part kernel)"
         else:                   # one kernel for everything (the main kernel's config)
-            pe.EXTEND_INT2_MIN_CHUNK = 10 ** 9
+            pe.EXTEND_INT2_MIN_PROGRAMS_PER_SM = 10 ** 9
             unpack = vals[4] if len(vals) > 4 else 2
             (pe.EXTEND_BLOCK_M, pe.EXTEND_BLOCK_N, pe.EXTEND_WARPS,
              pe.EXTEND_STAGES) = bm, bn, w, st

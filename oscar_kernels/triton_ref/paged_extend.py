@@ -13,6 +13,13 @@ Order, as the format requires (docs/format.md §5 "Extend order"):
    sink rows and the INT2 pages (packed, dequantization folded into the dots);
 3. ``_quantize_append_kernel`` again, ring rows only.
 
+Long chunks (the grid of ``_extend_int2_kernel`` at least one program per SM) run step 2
+in two kernels: ``_extend_int2_kernel`` attends the INT2 pages alone in 64-row tiles with
+fp16 dots only (the query rotated and scaled once by torch in fp32) and stores an
+unnormalized partial ``(m, l, o)`` per (token, query head); ``_paged_extend_kernel`` then
+runs its BF16 loops and merges that partial instead of its own INT2 loop (``INT2_PART``).
+The main kernel keeps 16 rows (below); the INT2 part is where a long prefill's keys are.
+
 ``_paged_extend_kernel``, grid ``(cdiv(max n_b, BLOCK_Q), num_kv_heads, batch_size)``: one
 program owns ``BLOCK_Q`` consecutive queries of one sequence and all ``GQA`` query heads
 of one KV head, flattened into ``BLOCK_M = BLOCK_Q · GP`` rows (``GP = next_pow2(GQA)``).
@@ -45,13 +52,20 @@ EXTEND_BLOCK_N = 64
 EXTEND_WARPS = 4
 EXTEND_STAGES = 1
 EXTEND_UNPACK = 2
-# Chunks of at least EXTEND_INT2_MIN_CHUNK tokens (long prefills) attend their INT2 pages in
-# _extend_int2_kernel first: EXTEND_INT2_BLOCK_M rows per program, fp16 dots only.
-EXTEND_INT2_MIN_CHUNK = 10 ** 9   # off until measured on a GPU (session 24)
-EXTEND_INT2_BLOCK_M = 128
+# The INT2 pages in _extend_int2_kernel first (EXTEND_INT2_BLOCK_M rows per program, fp16
+# dots only) when its grid has at least EXTEND_INT2_MIN_PROGRAMS_PER_SM programs per SM
+# (long chunks; a short chunk keeps the 16-row programs, 4x as many). Session 24 on an H200
+# (qwen3-8b, one sequence, 4096-token chunk, perf/extend_probe.py,
+# perf/results/2026-12-02_h200_s24_extend_probe_3.txt): prefix 4K / 28K / 124K 8.25 /
+# 33.6 / 135.7 ms with one kernel, 5.4 / 17.4 / 65.1 ms with this split (64-row tiles, 4
+# warps, 2 stages; 128 rows and 8 warps within 4 %); FlashInfer BF16 prefill 1.29 / 5.80 /
+# 24.1 ms on the same shapes.
+EXTEND_INT2_MIN_PROGRAMS_PER_SM = 1
+EXTEND_INT2_BLOCK_M = 64
 EXTEND_INT2_BLOCK_N = 64
-EXTEND_INT2_WARPS = 8
+EXTEND_INT2_WARPS = 4
 EXTEND_INT2_STAGES = 2
+DEFAULT_SM_COUNT = 132          # off the GPU (the interpreter): an H100 / H200's SM count
 
 
 @triton.jit
@@ -365,16 +379,19 @@ def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
     sc = page_strides(cache.k_codes, spec.kv_layout)
     sp = page_strides(cache.k_params, spec.kv_layout)
     sw = cache.k_window.stride()
-    int2_part = max_chunk >= EXTEND_INT2_MIN_CHUNK
+    bm = 16 if interp else EXTEND_INT2_BLOCK_M
+    bq = max(1, bm // gp)
+    sms = (torch.cuda.get_device_properties(q.device).multi_processor_count
+           if q.device.type == "cuda" else DEFAULT_SM_COUNT)
+    int2_part = (triton.cdiv(max_chunk, bq) * h * batch_size
+                 >= EXTEND_INT2_MIN_PROGRAMS_PER_SM * sms)
     if int2_part:
         # the INT2 pages first, in wide row tiles: q rotated and scaled once (fp32, torch),
         # the partial (m, l, o) per (token, query head) merged by the kernel below
-        qr = torch.einsum("nhgd,hde->nhge", q.to(torch.float32).view(nnz, h, gqa, d), rot_k)
+        qr = torch.einsum("nhgd,hde->nhge", q.to(torch.float32).reshape(nnz, h, gqa, d), rot_k)
         qr = (qr * (float(sm_scale) * LOG2E)).reshape(nnz, num_qo_heads, d)
         part_o = torch.empty((nnz, num_qo_heads, d), dtype=torch.float32, device=q.device)
         part_ml = torch.empty((nnz, num_qo_heads, 2), dtype=torch.float32, device=q.device)
-        bm = 16 if interp else EXTEND_INT2_BLOCK_M
-        bq = max(1, bm // gp)
         _extend_int2_kernel[(triton.cdiv(max_chunk, bq), h, batch_size)](
             qr, qr.stride(0), qr.stride(1),
             cache.k_codes, cache.v_codes, *sc, cache.k_params, cache.v_params, *sp,

@@ -158,7 +158,7 @@ EXTEND_CASES = [
 @pytest.mark.parametrize("d,h,gqa,ps,g,layout,lens,chunks", EXTEND_CASES)
 def test_extend_gpu(d, h, gqa, ps, g, layout, lens, chunks, int2_part, monkeypatch):
     from oscar_kernels.triton_ref import paged_extend as pe
-    monkeypatch.setattr(pe, "EXTEND_INT2_MIN_CHUNK", 1 if int2_part else 10 ** 9)
+    monkeypatch.setattr(pe, "EXTEND_INT2_MIN_PROGRAMS_PER_SM", 0 if int2_part else 10 ** 9)
     spec = _spec(d, h, ps, g, layout)
     prefix = [n - c for n, c in zip(lens, chunks)]
     res = {}

@@ -194,7 +194,7 @@ def test_extend_matches_reference(d, h, gqa, ps, g, layout, int2_part, monkeypat
     """Both launcher paths: one kernel for everything, or the INT2 pages attended first in
     wide tiles (_extend_int2_kernel) and merged by the main kernel."""
     from oscar_kernels.triton_ref import paged_extend as pe
-    monkeypatch.setattr(pe, "EXTEND_INT2_MIN_CHUNK", 1 if int2_part else 10 ** 9)
+    monkeypatch.setattr(pe, "EXTEND_INT2_MIN_PROGRAMS_PER_SM", 0 if int2_part else 10 ** 9)
     gen = torch.Generator().manual_seed(200 + gqa)
     spec = _spec(d, h, ps, g, layout)
     lens, chunks = [9, 70, 40], [9, 37, 3]           # a whole-prompt chunk, a chunk > W
