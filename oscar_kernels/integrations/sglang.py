@@ -823,9 +823,10 @@ def _around_calculate_pool_sizes(original, self, available_bytes, page_size, *ar
                                 sink_store_bytes=self._oscar_sink_store_bytes,
                                 max_running_requests=rows,
                                 graph_max_bs=_graph_max_bs_fn(kvc.device), config=config)
-    log.info("oscar int2: KV budget %d B -> %d tokens (%d B of INT2 pages), %d request rows, "
+    log.info("oscar int2: KV budget %d B fits %d tokens (%d B of INT2 pages), %d request rows, "
              "%d BF16 window slots (%d B, %d spares for decode graphs up to batch %d), sink "
-             "store %d B", available_bytes, plan.max_total_num_tokens, plan.page_bytes,
+             "store %d B (before SGLang's --max-total-tokens / --max-running-requests caps, "
+             "if given; the pool is logged when built)", available_bytes, plan.max_total_num_tokens, plan.page_bytes,
              plan.max_running_requests, plan.window_slots, plan.window_bytes,
              max(plan.graph_max_bs - 1, 0), plan.graph_max_bs, plan.sink_store_bytes)
     # SGLang divides the budget by the cell size: hand it exactly the planned tokens' pages
