@@ -305,6 +305,18 @@ def _extend_int2_kernel(
         tl.store(part_ml + prow * 2 + 1, l_i, mask=rvalid)
 
 
+def extend_int2_part(max_chunk: int, num_kv_heads: int, batch_size: int, gqa: int,
+                     device: torch.device) -> bool:
+    """Whether an extend attends its INT2 pages in :func:`_extend_int2_kernel` first: when
+    that kernel's grid (``EXTEND_INT2_BLOCK_M`` rows = ``BLOCK_M / next_pow2(gqa)`` queries
+    per program) has at least ``EXTEND_INT2_MIN_PROGRAMS_PER_SM`` programs per SM."""
+    bq = max(1, EXTEND_INT2_BLOCK_M // triton.next_power_of_2(gqa))
+    sms = (torch.cuda.get_device_properties(device).multi_processor_count
+           if device.type == "cuda" else DEFAULT_SM_COUNT)
+    return (triton.cdiv(max_chunk, bq) * num_kv_heads * batch_size
+            >= EXTEND_INT2_MIN_PROGRAMS_PER_SM * sms)
+
+
 def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
                                   append_value: torch.Tensor, qo_indptr: torch.Tensor, cache,
                                   kv_indptr: torch.Tensor, kv_indices: torch.Tensor,
@@ -379,13 +391,8 @@ def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
     sc = page_strides(cache.k_codes, spec.kv_layout)
     sp = page_strides(cache.k_params, spec.kv_layout)
     sw = cache.k_window.stride()
-    bm = 16 if interp else EXTEND_INT2_BLOCK_M
-    bq = max(1, bm // gp)
-    sms = (torch.cuda.get_device_properties(q.device).multi_processor_count
-           if q.device.type == "cuda" else DEFAULT_SM_COUNT)
-    int2_part = (triton.cdiv(max_chunk, bq) * h * batch_size
-                 >= EXTEND_INT2_MIN_PROGRAMS_PER_SM * sms)
-    if int2_part:
+    bq = max(1, (16 if interp else EXTEND_INT2_BLOCK_M) // gp)
+    if extend_int2_part(max_chunk, h, batch_size, gqa, q.device):
         # the INT2 pages first, in wide row tiles: q rotated and scaled once (fp32, torch),
         # the partial (m, l, o) per (token, query head) merged by the kernel below
         qr = torch.einsum("nhgd,hde->nhge", q.to(torch.float32).reshape(nnz, h, gqa, d), rot_k)
@@ -428,4 +435,4 @@ def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
     return out, lse
 
 
-__all__ = ["paged_extend_attention_triton"]
+__all__ = ["paged_extend_attention_triton", "extend_int2_part"]

@@ -185,6 +185,22 @@ def test_decode_matches_reference(d, h, gqa, ps, g, layout, sdt):
     assert float(o[0].abs().max()) == 0.0
 
 
+def test_extend_int2_part_rule():
+    """The wide-tile INT2 kernel runs when its grid has a program per SM (132 off the GPU):
+    64 rows = 16 queries at GQA 4, 8 at GQA 8, 64 at GQA 1."""
+    from oscar_kernels.triton_ref import paged_extend as pe
+    cpu = torch.device("cpu")
+    assert pe.EXTEND_INT2_BLOCK_M == 64 and pe.EXTEND_INT2_MIN_PROGRAMS_PER_SM == 1
+    assert pe.extend_int2_part(4096, 8, 1, 4, cpu)             # 256 x 8 programs
+    assert not pe.extend_int2_part(256, 8, 1, 4, cpu)          # 16 x 8 = 128 < 132
+    assert pe.extend_int2_part(264, 8, 1, 4, cpu)              # 17 x 8 = 136
+    assert pe.extend_int2_part(16, 8, 17, 4, cpu)              # 1 x 8 x 17 = 136
+    assert not pe.extend_int2_part(1048, 1, 1, 8, cpu)         # 131 programs
+    assert pe.extend_int2_part(1056, 1, 1, 8, cpu)             # 132
+    assert not pe.extend_int2_part(8383, 1, 1, 1, cpu)         # 131
+    assert pe.extend_int2_part(8385, 1, 1, 1, cpu)             # 132
+
+
 @pytest.mark.parametrize("int2_part", [False, True], ids=["one_kernel", "int2_part"])
 @pytest.mark.parametrize("d,h,gqa,ps,g,layout", [
     (64, 2, 4, 16, None, "NHD"),
