@@ -392,7 +392,8 @@ def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
     sp = page_strides(cache.k_params, spec.kv_layout)
     sw = cache.k_window.stride()
     bq = max(1, (16 if interp else EXTEND_INT2_BLOCK_M) // gp)
-    if extend_int2_part(max_chunk, h, batch_size, gqa, q.device):
+    int2_part = extend_int2_part(max_chunk, h, batch_size, gqa, q.device)
+    if int2_part:
         # the INT2 pages first, in wide row tiles: q rotated and scaled once (fp32, torch),
         # the partial (m, l, o) per (token, query head) merged by the kernel below
         qr = torch.einsum("nhgd,hde->nhge", q.to(torch.float32).reshape(nnz, h, gqa, d), rot_k)
