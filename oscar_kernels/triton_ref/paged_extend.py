@@ -19,6 +19,8 @@ fp16 dots only (the query rotated and scaled once by torch in fp32) and stores a
 unnormalized partial ``(m, l, o)`` per (token, query head); ``_paged_extend_kernel`` then
 runs its BF16 loops and merges that partial instead of its own INT2 loop (``INT2_PART``).
 The main kernel keeps 16 rows (below); the INT2 part is where a long prefill's keys are.
+It costs two float32 ``[nnz, Hq, D]`` temporaries (the rotated query and the partial ``o``:
+128 MiB each for an 8192-token chunk of 32 heads x 128).
 
 ``_paged_extend_kernel``, grid ``(cdiv(max n_b, BLOCK_Q), num_kv_heads, batch_size)``: one
 program owns ``BLOCK_Q`` consecutive queries of one sequence and all ``GQA`` query heads
