@@ -56,7 +56,7 @@ import triton.language as tl
 
 from ._blocks import (_bf16_block, _int2_block, _int2_query, _int2_unscale, _rotate_quarter,
                       _unrotate)
-from ._common import interpret_mode, page_strides
+from ._common import interpret_mode, num_sms, page_strides
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -123,18 +123,6 @@ class DecodeConfig:
         """Resident split programs per SM allowed by the register cap."""
         regs = self.maxnreg or 240
         return max(1, 65536 // (regs * 32 * self.num_warps))
-
-
-_NUM_SMS: dict[int, int] = {}
-
-
-def _num_sms(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 4
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    if idx not in _NUM_SMS:
-        _NUM_SMS[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
-    return _NUM_SMS[idx]
 
 
 def default_decode_config(device: torch.device) -> DecodeConfig:
@@ -387,7 +375,7 @@ def paged_decode_attention_triton(q: torch.Tensor, cache, kv_indptr: torch.Tenso
     h = spec.num_kv_heads
     gqa = num_qo_heads // h
     cfg = (config or default_decode_config(q.device)).resolved(batch_size, h)
-    slots = _num_sms(q.device) * cfg.programs_per_sm()
+    slots = num_sms(q.device, 4) * cfg.programs_per_sm()
     # window rows: several programs when few (sequence, head) pairs fill the GPU (batch 1:
     # the window was the critical path), one per pair otherwise
     wchunk = cfg.window_chunk

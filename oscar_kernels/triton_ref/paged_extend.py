@@ -43,8 +43,8 @@ import triton.language as tl
 from ..spec import seq_lens_from_page_table
 from ._blocks import (_bf16_block, _int2_block, _int2_query, _int2_scale, _int2_unscale,
                       _rotate_quarter)
-from ._common import interpret_mode, page_strides
-from .quantize_append import quantize_append_paged_kv_cache_triton
+from ._common import interpret_mode, num_sms, page_strides
+from .quantize_append import DEFAULT_SM_COUNT, quantize_append_paged_kv_cache_triton
 
 LOG2E = 1.4426950408889634
 # Launch configuration (the launcher's comment says why 16 rows); module constants so that
@@ -67,7 +67,6 @@ EXTEND_INT2_BLOCK_M = 64
 EXTEND_INT2_BLOCK_N = 64
 EXTEND_INT2_WARPS = 4
 EXTEND_INT2_STAGES = 2
-DEFAULT_SM_COUNT = 132          # off the GPU (the interpreter): an H100 / H200's SM count
 
 
 @triton.jit
@@ -313,10 +312,8 @@ def extend_int2_part(max_chunk: int, num_kv_heads: int, batch_size: int, gqa: in
     that kernel's grid (``EXTEND_INT2_BLOCK_M`` rows = ``BLOCK_M / next_pow2(gqa)`` queries
     per program) has at least ``EXTEND_INT2_MIN_PROGRAMS_PER_SM`` programs per SM."""
     bq = max(1, EXTEND_INT2_BLOCK_M // triton.next_power_of_2(gqa))
-    sms = (torch.cuda.get_device_properties(device).multi_processor_count
-           if device.type == "cuda" else DEFAULT_SM_COUNT)
     return (triton.cdiv(max_chunk, bq) * num_kv_heads * batch_size
-            >= EXTEND_INT2_MIN_PROGRAMS_PER_SM * sms)
+            >= EXTEND_INT2_MIN_PROGRAMS_PER_SM * num_sms(device, DEFAULT_SM_COUNT))
 
 
 def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,

@@ -47,7 +47,7 @@ import triton
 import triton.language as tl
 
 from ..reference.quant import clip_index
-from ._common import interpret_mode, page_strides
+from ._common import interpret_mode, num_sms, page_strides
 
 BLOCK_T = 16
 TOKEN_PROGRAMS_PER_SM = 6       # one token per program up to this many programs per SM
@@ -194,12 +194,6 @@ def token_rot_rows(d: int) -> int:
     return max(16, min(d, 16384 // d))
 
 
-def _sm_count(device: torch.device) -> int:
-    if device.type != "cuda":
-        return DEFAULT_SM_COUNT
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def append_plan(nnz: int, num_kv_heads: int, head_dim: int,
                 device: torch.device) -> tuple[int, int]:
     """``(tokens per program, rows of R per rotation tile)`` for an append of ``nnz``
@@ -207,7 +201,7 @@ def append_plan(nnz: int, num_kv_heads: int, head_dim: int,
     ``TOKEN_PROGRAMS_PER_SM`` programs per SM, with R in one wide tile up to
     ``WIDE_TILE_PROGRAMS_PER_SM``; 16-token tiles (``tl.dot``) above."""
     programs = nnz * num_kv_heads * 2
-    sms = _sm_count(device)
+    sms = num_sms(device, DEFAULT_SM_COUNT)
     if programs > TOKEN_PROGRAMS_PER_SM * sms:
         return BLOCK_T, 16
     return 1, token_rot_rows(head_dim) if programs <= WIDE_TILE_PROGRAMS_PER_SM * sms else 16
