@@ -67,6 +67,46 @@ EXTEND_INT2_BLOCK_M = 64
 EXTEND_INT2_BLOCK_N = 64
 EXTEND_INT2_WARPS = 4
 EXTEND_INT2_STAGES = 2
+EXTEND_INT2_UNPACK = 2
+# The main kernel when the INT2 part ran first (q arrives rotated, no fp16 dots left in it)
+EXTEND_PART_BLOCK_M = 16
+EXTEND_PART_BLOCK_N = 64
+EXTEND_PART_WARPS = 4
+EXTEND_PART_STAGES = 1
+
+
+@triton.jit
+def _query_block(qo0, n_b, q_start, b, kv_indptr, kv_last, PAGE_SIZE: tl.constexpr,
+                 GQA: tl.constexpr, GP: tl.constexpr, BLOCK_Q: tl.constexpr):
+    """Geometry of a program's ``BLOCK_Q`` queries x ``GP`` heads (``BLOCK_M`` rows): the
+    sequence's first page entry and prefix, each row's query index, head-in-group, position
+    ``t``, validity and global token row, and the block's first / last position."""
+    BLOCK_M: tl.constexpr = BLOCK_Q * GP
+    first = tl.load(kv_indptr + b)
+    npages = tl.load(kv_indptr + b + 1) - first
+    seq_len = tl.where(npages > 0, (npages - 1) * PAGE_SIZE + tl.load(kv_last + b), 0)
+    prefix = seq_len - n_b
+    mrow = tl.arange(0, BLOCK_M)
+    qidx = q_start + mrow // GP
+    r = mrow % GP
+    rvalid = (qidx < n_b) & (r < GQA)
+    t = prefix + qidx                                                   # [BLOCK_M]
+    t_min = prefix + q_start
+    t_max = prefix + tl.minimum(q_start + BLOCK_Q, n_b) - 1
+    qrow = (qo0 + qidx).to(tl.int64)
+    return first, prefix, r, rvalid, t, t_min, t_max, qrow
+
+
+@triton.jit
+def _rotated_query(qr_ptr, stride_qn, stride_qh, qrow, heads, rvalid, PD: tl.constexpr):
+    """The quarters ``[BLOCK_M, PD]`` of a query already rotated and scaled (fp32, torch)."""
+    j = tl.arange(0, PD)
+    qp = qr_ptr + qrow[:, None] * stride_qn + heads[:, None] * stride_qh + j[None, :]
+    q0 = tl.load(qp, mask=rvalid[:, None], other=0.0)
+    q1 = tl.load(qp + PD, mask=rvalid[:, None], other=0.0)
+    q2 = tl.load(qp + 2 * PD, mask=rvalid[:, None], other=0.0)
+    q3 = tl.load(qp + 3 * PD, mask=rvalid[:, None], other=0.0)
+    return q0, q1, q2, q3
 
 
 @triton.jit
@@ -83,7 +123,7 @@ def _paged_extend_kernel(
     PAGE_SIZE: tl.constexpr, SINK: tl.constexpr, RECENT: tl.constexpr,
     D: tl.constexpr, GQA: tl.constexpr, GP: tl.constexpr, NG: tl.constexpr,
     BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, DOT16: tl.constexpr, UNPACK: tl.constexpr,
-    part_o, part_ml, part_sn, INT2_PART: tl.constexpr,
+    part_o, part_ml, part_sn, INT2_PART: tl.constexpr, QR: tl.constexpr,
 ):
     qb = tl.program_id(0)
     h = tl.program_id(1)
@@ -95,26 +135,20 @@ def _paged_extend_kernel(
     n_b = tl.load(qo_indptr + b + 1) - qo0
     q_start = qb * BLOCK_Q
     if q_start < n_b:
-        first = tl.load(kv_indptr + b)
-        npages = tl.load(kv_indptr + b + 1) - first
-        seq_len = tl.where(npages > 0, (npages - 1) * PAGE_SIZE + tl.load(kv_last + b), 0)
-        prefix = seq_len - n_b
-        mrow = tl.arange(0, BLOCK_M)
-        qidx = q_start + mrow // GP
-        r = mrow % GP
-        rvalid = (qidx < n_b) & (r < GQA)
-        t = prefix + qidx                                                   # [BLOCK_M]
-        t_min = prefix + q_start
-        t_max = prefix + tl.minimum(q_start + BLOCK_Q, n_b) - 1
+        first, prefix, r, rvalid, t, t_min, t_max, qrow = _query_block(
+            qo0, n_b, q_start, b, kv_indptr, kv_last, PAGE_SIZE, GQA, GP, BLOCK_Q)
         dd = tl.arange(0, D)
-        qrow = (qo0 + qidx).to(tl.int64)
-        qrows = q_ptr + qrow * stride_qn + (h * GQA + r) * stride_qh          # [BLOCK_M]
-        qmask = rvalid
-        rb = rot_k_ptr + h * stride_rh
-        q0 = _rotate_quarter(qrows, qmask, rb, stride_rd, 1, 0, D, PD, "tf32x3") * qk_scale
-        q1 = _rotate_quarter(qrows, qmask, rb, stride_rd, 1, 1, D, PD, "tf32x3") * qk_scale
-        q2 = _rotate_quarter(qrows, qmask, rb, stride_rd, 1, 2, D, PD, "tf32x3") * qk_scale
-        q3 = _rotate_quarter(qrows, qmask, rb, stride_rd, 1, 3, D, PD, "tf32x3") * qk_scale
+        if QR:
+            # q arrives rotated and scaled (fp32, torch; the INT2 part kernel took it too)
+            q0, q1, q2, q3 = _rotated_query(q_ptr, stride_qn, stride_qh, qrow, h * GQA + r,
+                                            rvalid, PD)
+        else:
+            qrows = q_ptr + qrow * stride_qn + (h * GQA + r) * stride_qh      # [BLOCK_M]
+            rb = rot_k_ptr + h * stride_rh
+            q0 = _rotate_quarter(qrows, rvalid, rb, stride_rd, 1, 0, D, PD, "tf32x3") * qk_scale
+            q1 = _rotate_quarter(qrows, rvalid, rb, stride_rd, 1, 1, D, PD, "tf32x3") * qk_scale
+            q2 = _rotate_quarter(qrows, rvalid, rb, stride_rd, 1, 2, D, PD, "tf32x3") * qk_scale
+            q3 = _rotate_quarter(qrows, rvalid, rb, stride_rd, 1, 3, D, PD, "tf32x3") * qk_scale
 
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -230,7 +264,7 @@ def _extend_int2_kernel(
     part_o, part_ml, part_sn,                          # [nnz, Hq, D], [nnz, Hq, 2] fp32
     PAGE_SIZE: tl.constexpr, SINK: tl.constexpr, RECENT: tl.constexpr,
     D: tl.constexpr, GQA: tl.constexpr, GP: tl.constexpr, NG: tl.constexpr,
-    BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, DOT16: tl.constexpr,
+    BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, DOT16: tl.constexpr, UNPACK: tl.constexpr,
 ):
     """The INT2 pages of an extend (``S <= p <= t - W``) for ``BLOCK_Q`` queries x ``GP``
     heads of one KV head, with wide row tiles (64-128 rows: the tensor cores' wgmma path)
@@ -246,32 +280,11 @@ def _extend_int2_kernel(
     n_b = tl.load(qo_indptr + b + 1) - qo0
     q_start = qb * BLOCK_Q
     if q_start < n_b:
-        first = tl.load(kv_indptr + b)
-        npages = tl.load(kv_indptr + b + 1) - first
-        seq_len = tl.where(npages > 0, (npages - 1) * PAGE_SIZE + tl.load(kv_last + b), 0)
-        prefix = seq_len - n_b
-        mrow = tl.arange(0, BLOCK_M)
-        qidx = q_start + mrow // GP
-        r = mrow % GP
-        rvalid = (qidx < n_b) & (r < GQA)
-        t = prefix + qidx
-        t_max = prefix + tl.minimum(q_start + BLOCK_Q, n_b) - 1
-        qrow = (qo0 + qidx).to(tl.int64)
-        j = tl.arange(0, PD)
-        qp = qr_ptr + qrow[:, None] * stride_qn + (h * GQA + r)[:, None] * stride_qh + j[None, :]
-        q0 = tl.load(qp, mask=rvalid[:, None], other=0.0)
-        q1 = tl.load(qp + PD, mask=rvalid[:, None], other=0.0)
-        q2 = tl.load(qp + 2 * PD, mask=rvalid[:, None], other=0.0)
-        q3 = tl.load(qp + 3 * PD, mask=rvalid[:, None], other=0.0)
-        if DOT16:
-            q0 = q0.to(tl.float16)
-            q1 = q1.to(tl.float16)
-            q2 = q2.to(tl.float16)
-            q3 = q3.to(tl.float16)
-        qs0 = tl.sum(q0.to(tl.float32), axis=1)
-        qs1 = tl.sum(q1.to(tl.float32), axis=1)
-        qs2 = tl.sum(q2.to(tl.float32), axis=1)
-        qs3 = tl.sum(q3.to(tl.float32), axis=1)
+        first, prefix, r, rvalid, t, t_min, t_max, qrow = _query_block(
+            qo0, n_b, q_start, b, kv_indptr, kv_last, PAGE_SIZE, GQA, GP, BLOCK_Q)
+        q0, q1, q2, q3 = _rotated_query(qr_ptr, stride_qn, stride_qh, qrow, h * GQA + r,
+                                        rvalid, PD)
+        q0, q1, q2, q3, qs0, qs1, qs2, qs3 = _int2_query(q0, q1, q2, q3, DOT16, UNPACK)
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
         a0 = tl.zeros([BLOCK_M, PD], tl.float32)
@@ -294,7 +307,9 @@ def _extend_int2_kernel(
             m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3 = _int2_block(
                 q0, q1, q2, q3, qs0, qs1, qs2, qs3,
                 k_codes, v_codes, cbase, k_params, v_params, pbase, ok, valid,
-                m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3, PD, NG, DOT16, 0)
+                m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3, PD, NG, DOT16, UNPACK)
+        a0, a1, a2, a3 = _int2_unscale(a0, a1, a2, a3, UNPACK)
+        j = tl.arange(0, PD)
         prow = qrow * part_sn + h * GQA + r
         po = part_o + prow[:, None] * D + j[None, :]
         smask = rvalid[:, None]
@@ -407,13 +422,20 @@ def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
             PAGE_SIZE=spec.page_size, SINK=spec.sink_size, RECENT=spec.recent_size,
             D=d, GQA=gqa, GP=gp, NG=spec.num_groups, BLOCK_Q=bq,
             BLOCK_N=32 if interp else EXTEND_INT2_BLOCK_N, DOT16=not interp,
+            UNPACK=EXTEND_INT2_UNPACK,
             num_warps=EXTEND_INT2_WARPS, num_stages=EXTEND_INT2_STAGES,
         )
+        # the BF16 rows next, from the same rotated query
+        q_in, warps, stages = qr, EXTEND_PART_WARPS, EXTEND_PART_STAGES
+        if not interp:
+            block_q = max(1, EXTEND_PART_BLOCK_M // gp)
+            block_n = EXTEND_PART_BLOCK_N
     else:
         part_o = part_ml = lse            # unused (INT2_PART=False)
+        q_in, warps, stages = q, EXTEND_WARPS, EXTEND_STAGES
     grid = (triton.cdiv(max_chunk, block_q), h, batch_size)
     _paged_extend_kernel[grid](
-        q, q.stride(0), q.stride(1), rot_k, rot_v, rot_k.stride(0), rot_k.stride(1),
+        q_in, q_in.stride(0), q_in.stride(1), rot_k, rot_v, rot_k.stride(0), rot_k.stride(1),
         k_new, v_new, k_new.stride(0), k_new.stride(1),
         cache.k_codes, cache.v_codes, *sc, cache.k_params, cache.v_params, *sp,
         cache.k_window, cache.v_window, sw[0], sw[1], sw[2],
@@ -424,7 +446,7 @@ def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
         D=d, GQA=gqa, GP=gp, NG=spec.num_groups, BLOCK_Q=block_q, BLOCK_N=block_n,
         DOT16=not interp, UNPACK=EXTEND_UNPACK,
         part_o=part_o, part_ml=part_ml, part_sn=num_qo_heads, INT2_PART=int2_part,
-        num_warps=EXTEND_WARPS, num_stages=EXTEND_STAGES,
+        QR=int2_part, num_warps=warps, num_stages=stages,
     )
     quantize_append_paged_kv_cache_triton(cache, append_key, append_value, batch_indices,
                                           positions, *table, write_pages=False,
