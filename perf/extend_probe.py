@@ -6,10 +6,9 @@ Each config ``one:BLOCK_M,BLOCK_N,WARPS,STAGES[,UNPACK]`` (one kernel for every 
 ``EXTEND_*`` constants of :mod:`oscar_kernels.triton_ref.paged_extend`; ``UNPACK`` as in
 ``_blocks``: 2 the subnormal PTX, 0 element-wise) or ``part:BLOCK_M,BLOCK_N,WARPS,STAGES``
 (the INT2 pages first in ``_extend_int2_kernel``: its ``EXTEND_INT2_*`` constants) or
-``part:BLOCK_M,BLOCK_N,WARPS,STAGES,UNPACK,MAIN_BLOCK_M,MAIN_BLOCK_N,MAIN_WARPS,MAIN_STAGES,BF16``
+``part:BLOCK_M,BLOCK_N,WARPS,STAGES,UNPACK,MAIN_BLOCK_M,MAIN_BLOCK_N,MAIN_WARPS,MAIN_STAGES``
 (also the INT2 kernel's unpack and the main kernel's ``EXTEND_PART_*`` launch, which then
-attends only the BF16 rows with the query the INT2 kernel took, with TF32 dots or, ``BF16``
-1, bf16 ones) is set in a process of its
+attends only the BF16 rows with the query the INT2 kernel took) is set in a process of its
 own, then
 
 * checked: the three shapes of ``tests/triton_ref/test_triton_gpu.py::test_extend_gpu``
@@ -161,6 +160,8 @@ def main(argv=None) -> int:
     ap.add_argument("--fi-site", default=None)
     ap.add_argument("--no-check", action="store_true")
     ap.add_argument("--inline", action="store_true", help="all configs in this process")
+    ap.add_argument("--profile", action="store_true",
+                    help="also each kernel's device time per call (torch profiler)")
     a = ap.parse_args(argv)
     if a.fi_site:
         sys.path.insert(0, a.fi_site)
@@ -168,7 +169,7 @@ def main(argv=None) -> int:
     import torch
 
     from oscar_kernels.triton_ref import paged_extend as pe
-    from perf.harness import env_header, time_cuda
+    from perf.harness import env_header, profile_kernels, time_cuda
 
     if not a.inline:
         print(env_header(), flush=True)
@@ -192,10 +193,11 @@ def main(argv=None) -> int:
             args = [sys.executable, os.path.abspath(__file__), "--inline", "--configs", cfg,
                     "--batch", str(a.batch), "--chunk", str(a.chunk), "--rep", str(a.rep),
                     "--prefix", *map(str, a.prefix)] + (["--no-check"] if a.no_check else [])
+            args += ["--profile"] if a.profile else []
             r = subprocess.run(args, capture_output=True, text=True)
             lines = [ln for ln in (r.stdout + r.stderr).splitlines()
                      if ln.startswith("BLOCK_M") or "Error" in ln]
-            print("\n".join(lines[-6:]) or f"{cfg}: no output (rc {r.returncode})", flush=True)
+            print("\n".join(lines if a.profile else lines[-6:]) or f"{cfg}: no output (rc {r.returncode})", flush=True)
         return 0
     for cfg in a.configs:
         kind, _, nums = cfg.rpartition(":")
@@ -210,13 +212,10 @@ def main(argv=None) -> int:
             if len(vals) > 5:
                 (pe.EXTEND_PART_BLOCK_M, pe.EXTEND_PART_BLOCK_N, pe.EXTEND_PART_WARPS,
                  pe.EXTEND_PART_STAGES) = vals[5:9]
-            if len(vals) > 9:
-                pe.EXTEND_PART_BF16_DOTS = bool(vals[9])
             label = (f"BLOCK_M {bm} BLOCK_N {bn} warps {w} stages {st} unpack "
                      f"{pe.EXTEND_INT2_UNPACK} (INT2 part kernel); main kernel BLOCK_M "
                      f"{pe.EXTEND_PART_BLOCK_M} BLOCK_N {pe.EXTEND_PART_BLOCK_N} warps "
-                     f"{pe.EXTEND_PART_WARPS} stages {pe.EXTEND_PART_STAGES} bf16 dots "
-                     f"{int(pe.EXTEND_PART_BF16_DOTS)}")
+                     f"{pe.EXTEND_PART_WARPS} stages {pe.EXTEND_PART_STAGES}")
         else:                   # one kernel for everything (the main kernel's config)
             pe.EXTEND_INT2_MIN_PROGRAMS_PER_SM = 10 ** 9
             unpack = vals[4] if len(vals) > 4 else 2
@@ -236,6 +235,11 @@ def main(argv=None) -> int:
                 t = time_cuda(fn, warmup=2, rep=a.rep, graph=False)["median_ms"]
                 print(f"{label}: prefix {prefix} chunk {a.chunk}: {t:.3f} ms, "
                       f"{fl / t / 1e9:.0f} TFLOP/s", flush=True)
+                if a.profile:
+                    for name, (n, us) in sorted(profile_kernels(fn, iters=3).items(),
+                                                key=lambda kv: -kv[1][1]):
+                        print(f"BLOCK_M {bm} profile, prefix {prefix}: {us / 1e3:8.3f} ms "
+                              f"x{n:g} {name}", flush=True)
                 torch.cuda.empty_cache()
         except Exception as e:  # noqa: BLE001
             print(f"{label}: error {type(e).__name__}: {str(e)[:300]}", flush=True)

@@ -320,52 +320,31 @@ def _int2_block(q0, q1, q2, q3, qs0, qs1, qs2, qs3,
 @triton.jit
 def _bf16_block(q0, q1, q2, q3, k_rows, v_rows, rbase, nmask, valid,
                 m_i, l_i, a0, a1, a2, a3,
-                PD: tl.constexpr, DOT16: tl.constexpr, BF16_DOTS: tl.constexpr):
+                PD: tl.constexpr, DOT16: tl.constexpr):
     """Attend one block of ``N`` BF16 rows (window rows or a chunk's own rotated rows).
 
-    ``q0..q3 [M, PD]`` fp32 (TF32 dots on the GPU, IEEE without ``DOT16``), or bf16 with
-    ``BF16_DOTS`` (GPU only: bf16 dots, ``p`` rounded to bf16 for the value dot, the
-    precision of a BF16 attention kernel); ``rbase [N]`` int64 element offsets of each row
-    in both ``k_rows`` and ``v_rows``; ``nmask [N]``; ``valid [M, N]``.
+    ``q0..q3 [M, PD]`` fp32; ``rbase [N]`` int64 element offsets of each row in both
+    ``k_rows`` and ``v_rows``; ``nmask [N]``; ``valid [M, N]``.
     """
     j = tl.arange(0, PD)
     kp = k_rows + rbase[:, None] + j[None, :]
-    vp = v_rows + rbase[:, None] + j[None, :]
-    if BF16_DOTS:
-        k0 = tl.load(kp, mask=nmask[:, None], other=0.0)
-        k1 = tl.load(kp + PD, mask=nmask[:, None], other=0.0)
-        k2 = tl.load(kp + 2 * PD, mask=nmask[:, None], other=0.0)
-        k3 = tl.load(kp + 3 * PD, mask=nmask[:, None], other=0.0)
-        s = tl.dot(q0, tl.trans(k0))
-        s = tl.dot(q1, tl.trans(k1), s)
-        s = tl.dot(q2, tl.trans(k2), s)
-        s = tl.dot(q3, tl.trans(k3), s)
-    else:
-        k0 = tl.load(kp, mask=nmask[:, None], other=0.0).to(tl.float32)
-        k1 = tl.load(kp + PD, mask=nmask[:, None], other=0.0).to(tl.float32)
-        k2 = tl.load(kp + 2 * PD, mask=nmask[:, None], other=0.0).to(tl.float32)
-        k3 = tl.load(kp + 3 * PD, mask=nmask[:, None], other=0.0).to(tl.float32)
-        s = (_dot_f32(q0, tl.trans(k0), DOT16) + _dot_f32(q1, tl.trans(k1), DOT16)
-             + _dot_f32(q2, tl.trans(k2), DOT16) + _dot_f32(q3, tl.trans(k3), DOT16))
+    k0 = tl.load(kp, mask=nmask[:, None], other=0.0).to(tl.float32)
+    k1 = tl.load(kp + PD, mask=nmask[:, None], other=0.0).to(tl.float32)
+    k2 = tl.load(kp + 2 * PD, mask=nmask[:, None], other=0.0).to(tl.float32)
+    k3 = tl.load(kp + 3 * PD, mask=nmask[:, None], other=0.0).to(tl.float32)
+    s = (_dot_f32(q0, tl.trans(k0), DOT16) + _dot_f32(q1, tl.trans(k1), DOT16)
+         + _dot_f32(q2, tl.trans(k2), DOT16) + _dot_f32(q3, tl.trans(k3), DOT16))
     s = tl.where(valid, s, float("-inf"))
     p, alpha, m_i, l_i = _softmax_update(s, m_i, l_i)
-    if BF16_DOTS:
-        pb = p.to(tl.bfloat16)
-        a0 = tl.dot(pb, tl.load(vp, mask=nmask[:, None], other=0.0), a0 * alpha[:, None])
-        a1 = tl.dot(pb, tl.load(vp + PD, mask=nmask[:, None], other=0.0), a1 * alpha[:, None])
-        a2 = tl.dot(pb, tl.load(vp + 2 * PD, mask=nmask[:, None], other=0.0),
-                    a2 * alpha[:, None])
-        a3 = tl.dot(pb, tl.load(vp + 3 * PD, mask=nmask[:, None], other=0.0),
-                    a3 * alpha[:, None])
-    else:
-        v0 = tl.load(vp, mask=nmask[:, None], other=0.0).to(tl.float32)
-        v1 = tl.load(vp + PD, mask=nmask[:, None], other=0.0).to(tl.float32)
-        v2 = tl.load(vp + 2 * PD, mask=nmask[:, None], other=0.0).to(tl.float32)
-        v3 = tl.load(vp + 3 * PD, mask=nmask[:, None], other=0.0).to(tl.float32)
-        a0 = a0 * alpha[:, None] + _dot_f32(p, v0, DOT16)
-        a1 = a1 * alpha[:, None] + _dot_f32(p, v1, DOT16)
-        a2 = a2 * alpha[:, None] + _dot_f32(p, v2, DOT16)
-        a3 = a3 * alpha[:, None] + _dot_f32(p, v3, DOT16)
+    vp = v_rows + rbase[:, None] + j[None, :]
+    v0 = tl.load(vp, mask=nmask[:, None], other=0.0).to(tl.float32)
+    v1 = tl.load(vp + PD, mask=nmask[:, None], other=0.0).to(tl.float32)
+    v2 = tl.load(vp + 2 * PD, mask=nmask[:, None], other=0.0).to(tl.float32)
+    v3 = tl.load(vp + 3 * PD, mask=nmask[:, None], other=0.0).to(tl.float32)
+    a0 = a0 * alpha[:, None] + _dot_f32(p, v0, DOT16)
+    a1 = a1 * alpha[:, None] + _dot_f32(p, v1, DOT16)
+    a2 = a2 * alpha[:, None] + _dot_f32(p, v2, DOT16)
+    a3 = a3 * alpha[:, None] + _dot_f32(p, v3, DOT16)
     return m_i, l_i, a0, a1, a2, a3
 
 

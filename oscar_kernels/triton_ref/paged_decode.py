@@ -235,7 +235,7 @@ def _paged_decode_split_kernel(
             valid = tl.broadcast_to(ok[None, :], [GP, BLOCK_W])
             m_i, l_i, a0, a1, a2, a3 = _bf16_block(
                 q0, q1, q2, q3, k_win, v_win, wbase + rows.to(tl.int64) * sw_row, ok, valid,
-                m_i, l_i, a0, a1, a2, a3, PD, DOT16, False)
+                m_i, l_i, a0, a1, a2, a3, PD, DOT16)
     else:
         qc0, qc1, qc2, qc3, qs0, qs1, qs2, qs3 = _int2_query(q0, q1, q2, q3, DOT16, UNPACK)
         lo = SINK

@@ -73,7 +73,6 @@ EXTEND_PART_BLOCK_M = 32
 EXTEND_PART_BLOCK_N = 64
 EXTEND_PART_WARPS = 4
 EXTEND_PART_STAGES = 2
-EXTEND_PART_BF16_DOTS = False
 
 
 @triton.jit
@@ -125,7 +124,6 @@ def _paged_extend_kernel(
     D: tl.constexpr, GQA: tl.constexpr, GP: tl.constexpr, NG: tl.constexpr,
     BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, DOT16: tl.constexpr, UNPACK: tl.constexpr,
     part_o, part_ml, part_sn, INT2_PART: tl.constexpr, QR: tl.constexpr,
-    BF16_DOTS: tl.constexpr,
 ):
     qb = tl.program_id(0)
     h = tl.program_id(1)
@@ -144,12 +142,6 @@ def _paged_extend_kernel(
             # q arrives rotated and scaled (fp32, torch; the INT2 part kernel took it too)
             q0, q1, q2, q3 = _rotated_query(q_ptr, stride_qn, stride_qh, qrow, h * GQA + r,
                                             rvalid, PD)
-            if BF16_DOTS:
-                tl.static_assert(INT2_PART, "bf16 dots only for the BF16 rows")
-                q0 = q0.to(tl.bfloat16)
-                q1 = q1.to(tl.bfloat16)
-                q2 = q2.to(tl.bfloat16)
-                q3 = q3.to(tl.bfloat16)
         else:
             qrows = q_ptr + qrow * stride_qn + (h * GQA + r) * stride_qh      # [BLOCK_M]
             rb = rot_k_ptr + h * stride_rh
@@ -178,7 +170,7 @@ def _paged_extend_kernel(
             valid = ok[None, :] & (pos[None, :] <= t[:, None])
             m_i, l_i, a0, a1, a2, a3 = _bf16_block(
                 q0, q1, q2, q3, k_win, v_win, wbase + pos.to(tl.int64) * sw_row, ok, valid,
-                m_i, l_i, a0, a1, a2, a3, PD, DOT16, BF16_DOTS)
+                m_i, l_i, a0, a1, a2, a3, PD, DOT16)
         # 2. the ring as it was before the chunk: S <= p < prefix with p > t - W
         if RECENT > 0:
             ring_lo = tl.maximum(SINK, t_min - RECENT + 1)
@@ -189,7 +181,7 @@ def _paged_extend_kernel(
                 rows = (SINK + pos % RECENT).to(tl.int64)
                 m_i, l_i, a0, a1, a2, a3 = _bf16_block(
                     q0, q1, q2, q3, k_win, v_win, wbase + rows * sw_row, ok, valid,
-                    m_i, l_i, a0, a1, a2, a3, PD, DOT16, BF16_DOTS)
+                    m_i, l_i, a0, a1, a2, a3, PD, DOT16)
         # 3. the chunk's own rotated rows: prefix <= p <= t, BF16 by the rule
         own_lo = tl.where(prefix < SINK, prefix, tl.maximum(prefix, t_min - RECENT + 1))
         for p0 in range(own_lo, t_max + 1, BLOCK_N):
@@ -200,7 +192,7 @@ def _paged_extend_kernel(
             nb = (qo0 + pos - prefix).to(tl.int64) * stride_nn + h * stride_nh
             m_i, l_i, a0, a1, a2, a3 = _bf16_block(
                 q0, q1, q2, q3, k_new, v_new, nb, ok, valid,
-                m_i, l_i, a0, a1, a2, a3, PD, DOT16, BF16_DOTS)
+                m_i, l_i, a0, a1, a2, a3, PD, DOT16)
         # 4. INT2 pages: S <= p <= t - W
         if INT2_PART:
             # _extend_int2_kernel attended them already: merge its (m, l, o) (o unnormalized,
@@ -454,8 +446,7 @@ def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
         D=d, GQA=gqa, GP=gp, NG=spec.num_groups, BLOCK_Q=block_q, BLOCK_N=block_n,
         DOT16=not interp, UNPACK=EXTEND_UNPACK,
         part_o=part_o, part_ml=part_ml, part_sn=num_qo_heads, INT2_PART=int2_part,
-        QR=int2_part, BF16_DOTS=int2_part and EXTEND_PART_BF16_DOTS and not interp,
-        num_warps=warps, num_stages=stages,
+        QR=int2_part, num_warps=warps, num_stages=stages,
     )
     quantize_append_paged_kv_cache_triton(cache, append_key, append_value, batch_indices,
                                           positions, *table, write_pages=False,
