@@ -6,9 +6,9 @@ Each config ``one:BLOCK_M,BLOCK_N,WARPS,STAGES[,UNPACK]`` (one kernel for every 
 ``EXTEND_*`` constants of :mod:`oscar_kernels.triton_ref.paged_extend`; ``UNPACK`` as in
 ``_blocks``: 2 the subnormal PTX, 0 element-wise) or ``part:BLOCK_M,BLOCK_N,WARPS,STAGES``
 (the INT2 pages first in ``_extend_int2_kernel``: its ``EXTEND_INT2_*`` constants) or
-``part:BLOCK_M,BLOCK_N,WARPS,STAGES,UNPACK,MAIN_BLOCK_M,MAIN_BLOCK_N,MAIN_WARPS,MAIN_STAGES``
-(also the INT2 kernel's unpack and the main kernel's ``EXTEND_PART_*`` launch, which then
-attends only the BF16 rows with the query the INT2 kernel took) is set in a process of its
+``part:BLOCK_M,BLOCK_N,WARPS,STAGES,UNPACK,MAIN_BLOCK_M,MAIN_BLOCK_N,MAIN_WARPS,MAIN_STAGES,WHOLE``
+(also the INT2 kernel's unpack and whole-row dots, and the main kernel's ``EXTEND_PART_*``
+launch, which then attends only the BF16 rows with the query the INT2 kernel took) is set in a process of its
 own, then
 
 * checked: the three shapes of ``tests/triton_ref/test_triton_gpu.py::test_extend_gpu``
@@ -212,10 +212,13 @@ def main(argv=None) -> int:
             if len(vals) > 5:
                 (pe.EXTEND_PART_BLOCK_M, pe.EXTEND_PART_BLOCK_N, pe.EXTEND_PART_WARPS,
                  pe.EXTEND_PART_STAGES) = vals[5:9]
+            if len(vals) > 9:
+                pe.EXTEND_INT2_WHOLE = bool(vals[9])
             label = (f"BLOCK_M {bm} BLOCK_N {bn} warps {w} stages {st} unpack "
                      f"{pe.EXTEND_INT2_UNPACK} (INT2 part kernel); main kernel BLOCK_M "
                      f"{pe.EXTEND_PART_BLOCK_M} BLOCK_N {pe.EXTEND_PART_BLOCK_N} warps "
-                     f"{pe.EXTEND_PART_WARPS} stages {pe.EXTEND_PART_STAGES}")
+                     f"{pe.EXTEND_PART_WARPS} stages {pe.EXTEND_PART_STAGES}; whole-row dots "
+                     f"{int(pe.EXTEND_INT2_WHOLE)}")
         else:                   # one kernel for everything (the main kernel's config)
             pe.EXTEND_INT2_MIN_PROGRAMS_PER_SM = 10 ** 9
             unpack = vals[4] if len(vals) > 4 else 2

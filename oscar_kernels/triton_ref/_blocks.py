@@ -318,6 +318,54 @@ def _int2_block(q0, q1, q2, q3, qs0, qs1, qs2, qs3,
 
 
 @triton.jit
+def _join4(x0, x1, x2, x3):
+    """Quarter tiles ``[R, PD]`` → one ``[R, 4·PD]`` tile, column ``4j + 2x + y`` holding
+    quarter ``2y + x``'s column ``j`` (a fixed permutation of the channels: dots of two
+    tiles joined alike are the channel sums). ``_split4`` undoes it."""
+    j = tl.join(tl.join(x0, x1), tl.join(x2, x3))                     # [R, PD, 2, 2]
+    return tl.reshape(j, [x0.shape[0], 4 * x0.shape[1]])
+
+
+@triton.jit
+def _split4(x, PD: tl.constexpr):
+    """The inverse of ``_join4``: ``[R, 4·PD]`` → four ``[R, PD]`` quarter tiles."""
+    lo, hi = tl.split(tl.reshape(x, [x.shape[0], PD, 2, 2]))
+    x0, x1 = tl.split(lo)
+    x2, x3 = tl.split(hi)
+    return x0, x1, x2, x3
+
+
+@triton.jit
+def _int2_block_whole(qj, qsum, acc, z, k_codes, v_codes, cbase, k_params, v_params, pbase,
+                      nmask, valid, m_i, l_i, PD: tl.constexpr, DOT16: tl.constexpr,
+                      UNPACK: tl.constexpr):
+    """``_int2_block`` for one scale/zero group per token (``NG == 1``) with whole-row dots:
+    the four code quarters joined into one ``[N, D]`` operand (``_join4``) so that QK is
+    one dot over ``D`` channels and PV one dot of ``D`` columns (instead of four of
+    ``D/4``). ``qj [M, D]`` the query quarters from ``_int2_query`` joined the same way,
+    ``qsum [M]`` their unscaled sum, ``acc [M, D]`` in the joined order (and in the scaled
+    units of ``UNPACK == 2``: ``_split4`` then ``_int2_unscale`` after the loop)."""
+    KSCALE: tl.constexpr = TWO_24 if UNPACK == 2 else 1.0
+    j = tl.arange(0, PD)
+    kraw = tl.load(k_codes + cbase[:, None] + j[None, :], mask=nmask[:, None], other=0)
+    ks = tl.load(k_params + pbase, mask=nmask, other=0.0).to(tl.float32) * KSCALE
+    kz = tl.load(k_params + pbase + 1, mask=nmask, other=0.0).to(tl.float32)
+    kj = _join4(_codes_quarter(kraw, 0, DOT16, UNPACK), _codes_quarter(kraw, 1, DOT16, UNPACK),
+                _codes_quarter(kraw, 2, DOT16, UNPACK), _codes_quarter(kraw, 3, DOT16, UNPACK))
+    s = ks[None, :] * _dot(qj, tl.trans(kj), DOT16) + kz[None, :] * qsum[:, None]
+    s = tl.where(valid, s, float("-inf"))
+    p, alpha, m_i, l_i = _softmax_update(s, m_i, l_i)
+    vraw = tl.load(v_codes + cbase[:, None] + j[None, :], mask=nmask[:, None], other=0)
+    vs = tl.load(v_params + pbase, mask=nmask, other=0.0).to(tl.float32)
+    vz = tl.load(v_params + pbase + 1, mask=nmask, other=0.0).to(tl.float32)
+    vj = _join4(_codes_quarter(vraw, 0, DOT16, UNPACK), _codes_quarter(vraw, 1, DOT16, UNPACK),
+                _codes_quarter(vraw, 2, DOT16, UNPACK), _codes_quarter(vraw, 3, DOT16, UNPACK))
+    acc = _dot_acc((p * vs[None, :]).to(vj.dtype), vj, acc * alpha[:, None], DOT16)
+    z = z * alpha + tl.sum(p * vz[None, :], axis=1)
+    return m_i, l_i, acc, z
+
+
+@triton.jit
 def _bf16_block(q0, q1, q2, q3, k_rows, v_rows, rbase, nmask, valid,
                 m_i, l_i, a0, a1, a2, a3,
                 PD: tl.constexpr, DOT16: tl.constexpr):

@@ -41,8 +41,8 @@ import triton
 import triton.language as tl
 
 from ..spec import seq_lens_from_page_table
-from ._blocks import (_bf16_block, _int2_block, _int2_query, _int2_scale, _int2_unscale,
-                      _rotate_quarter)
+from ._blocks import (_bf16_block, _int2_block, _int2_block_whole, _int2_query, _int2_scale,
+                      _int2_unscale, _join4, _rotate_quarter, _split4)
 from ._common import interpret_mode, num_sms, page_strides
 from .quantize_append import DEFAULT_SM_COUNT, quantize_append_paged_kv_cache_triton
 
@@ -68,6 +68,7 @@ EXTEND_INT2_BLOCK_N = 64
 EXTEND_INT2_WARPS = 4
 EXTEND_INT2_STAGES = 2
 EXTEND_INT2_UNPACK = 2
+EXTEND_INT2_WHOLE = True          # whole-row dots when there is one group per token
 # The main kernel when the INT2 part ran first (q arrives rotated, no fp16 dots left in it)
 EXTEND_PART_BLOCK_M = 32
 EXTEND_PART_BLOCK_N = 64
@@ -265,6 +266,7 @@ def _extend_int2_kernel(
     PAGE_SIZE: tl.constexpr, SINK: tl.constexpr, RECENT: tl.constexpr,
     D: tl.constexpr, GQA: tl.constexpr, GP: tl.constexpr, NG: tl.constexpr,
     BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, DOT16: tl.constexpr, UNPACK: tl.constexpr,
+    WHOLE: tl.constexpr,
 ):
     """The INT2 pages of an extend (``S <= p <= t - W``) for ``BLOCK_Q`` queries x ``GP``
     heads of one KV head, with wide row tiles (64-128 rows: the tensor cores' wgmma path)
@@ -287,27 +289,53 @@ def _extend_int2_kernel(
         q0, q1, q2, q3, qs0, qs1, qs2, qs3 = _int2_query(q0, q1, q2, q3, DOT16, UNPACK)
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
-        a0 = tl.zeros([BLOCK_M, PD], tl.float32)
-        a1 = tl.zeros([BLOCK_M, PD], tl.float32)
-        a2 = tl.zeros([BLOCK_M, PD], tl.float32)
-        a3 = tl.zeros([BLOCK_M, PD], tl.float32)
-        z0 = tl.zeros([BLOCK_M], tl.float32)
-        z1 = tl.zeros([BLOCK_M], tl.float32)
-        z2 = tl.zeros([BLOCK_M], tl.float32)
-        z3 = tl.zeros([BLOCK_M], tl.float32)
         int2_hi = t_max - RECENT + 1
-        for p0 in range(SINK, int2_hi, BLOCK_N):
-            pos = p0 + tl.arange(0, BLOCK_N)
-            ok = pos < int2_hi
-            valid = rvalid[:, None] & ok[None, :] & (pos[None, :] <= t[:, None] - RECENT)
-            page = tl.load(kv_indices + first + pos // PAGE_SIZE, mask=ok, other=0).to(tl.int64)
-            slot = (pos % PAGE_SIZE).to(tl.int64)
-            cbase = page * sc_page + slot * sc_slot + h * sc_head
-            pbase = page * sp_page + slot * sp_slot + h * sp_head
-            m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3 = _int2_block(
-                q0, q1, q2, q3, qs0, qs1, qs2, qs3,
-                k_codes, v_codes, cbase, k_params, v_params, pbase, ok, valid,
-                m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3, PD, NG, DOT16, UNPACK)
+        if WHOLE:
+            # one scale/zero group per token: whole-row dots over the joined quarters
+            tl.static_assert(NG == 1, "whole-row dots need one group per token")
+            qj = _join4(q0, q1, q2, q3)
+            qsum = qs0 + qs1 + qs2 + qs3
+            acc = tl.zeros([BLOCK_M, 4 * PD], tl.float32)
+            z = tl.zeros([BLOCK_M], tl.float32)
+            for p0 in range(SINK, int2_hi, BLOCK_N):
+                pos = p0 + tl.arange(0, BLOCK_N)
+                ok = pos < int2_hi
+                valid = rvalid[:, None] & ok[None, :] & (pos[None, :] <= t[:, None] - RECENT)
+                page = tl.load(kv_indices + first + pos // PAGE_SIZE, mask=ok,
+                               other=0).to(tl.int64)
+                slot = (pos % PAGE_SIZE).to(tl.int64)
+                m_i, l_i, acc, z = _int2_block_whole(
+                    qj, qsum, acc, z, k_codes, v_codes,
+                    page * sc_page + slot * sc_slot + h * sc_head, k_params, v_params,
+                    page * sp_page + slot * sp_slot + h * sp_head, ok, valid, m_i, l_i,
+                    PD, DOT16, UNPACK)
+            a0, a1, a2, a3 = _split4(acc, PD)
+            z0 = z
+            z1 = z
+            z2 = z
+            z3 = z
+        else:
+            a0 = tl.zeros([BLOCK_M, PD], tl.float32)
+            a1 = tl.zeros([BLOCK_M, PD], tl.float32)
+            a2 = tl.zeros([BLOCK_M, PD], tl.float32)
+            a3 = tl.zeros([BLOCK_M, PD], tl.float32)
+            z0 = tl.zeros([BLOCK_M], tl.float32)
+            z1 = tl.zeros([BLOCK_M], tl.float32)
+            z2 = tl.zeros([BLOCK_M], tl.float32)
+            z3 = tl.zeros([BLOCK_M], tl.float32)
+            for p0 in range(SINK, int2_hi, BLOCK_N):
+                pos = p0 + tl.arange(0, BLOCK_N)
+                ok = pos < int2_hi
+                valid = rvalid[:, None] & ok[None, :] & (pos[None, :] <= t[:, None] - RECENT)
+                page = tl.load(kv_indices + first + pos // PAGE_SIZE, mask=ok,
+                               other=0).to(tl.int64)
+                slot = (pos % PAGE_SIZE).to(tl.int64)
+                cbase = page * sc_page + slot * sc_slot + h * sc_head
+                pbase = page * sp_page + slot * sp_slot + h * sp_head
+                m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3 = _int2_block(
+                    q0, q1, q2, q3, qs0, qs1, qs2, qs3,
+                    k_codes, v_codes, cbase, k_params, v_params, pbase, ok, valid,
+                    m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3, PD, NG, DOT16, UNPACK)
         a0, a1, a2, a3 = _int2_unscale(a0, a1, a2, a3, UNPACK)
         j = tl.arange(0, PD)
         prow = qrow * part_sn + h * GQA + r
@@ -422,7 +450,7 @@ def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
             PAGE_SIZE=spec.page_size, SINK=spec.sink_size, RECENT=spec.recent_size,
             D=d, GQA=gqa, GP=gp, NG=spec.num_groups, BLOCK_Q=bq,
             BLOCK_N=32 if interp else EXTEND_INT2_BLOCK_N, DOT16=not interp,
-            UNPACK=EXTEND_INT2_UNPACK,
+            UNPACK=EXTEND_INT2_UNPACK, WHOLE=EXTEND_INT2_WHOLE and spec.num_groups == 1,
             num_warps=EXTEND_INT2_WARPS, num_stages=EXTEND_INT2_STAGES,
         )
         # the BF16 rows next, from the same rotated query
