@@ -201,16 +201,21 @@ def test_extend_int2_part_rule():
     assert pe.extend_int2_part(8385, 1, 1, 1, cpu)             # 132
 
 
-@pytest.mark.parametrize("int2_part", [False, True], ids=["one_kernel", "int2_part"])
-@pytest.mark.parametrize("d,h,gqa,ps,g,layout", [
-    (64, 2, 4, 16, None, "NHD"),
-    (64, 1, 3, 4, 16, "HND"),
-])
+ONE_GROUP, FOUR_GROUPS = (64, 2, 4, 16, None, "NHD"), (64, 1, 3, 4, 16, "HND")
+
+
+@pytest.mark.parametrize("d,h,gqa,ps,g,layout,int2_part", [
+    (*ONE_GROUP, False), (*ONE_GROUP, True), (*ONE_GROUP, "quarters"),
+    (*FOUR_GROUPS, False), (*FOUR_GROUPS, True),
+], ids=["one_group-one_kernel", "one_group-int2_part", "one_group-int2_part_quarters",
+        "four_groups-one_kernel", "four_groups-int2_part"])
 def test_extend_matches_reference(d, h, gqa, ps, g, layout, int2_part, monkeypatch):
-    """Both launcher paths: one kernel for everything, or the INT2 pages attended first in
-    wide tiles (_extend_int2_kernel) and merged by the main kernel."""
+    """Every launcher path: one kernel for everything, or the INT2 pages attended first in
+    wide tiles (_extend_int2_kernel: whole-row dots with one group per token, quarter dots
+    with several or when forced) and merged by the main kernel."""
     from oscar_kernels.triton_ref import paged_extend as pe
     monkeypatch.setattr(pe, "EXTEND_INT2_MIN_PROGRAMS_PER_SM", 0 if int2_part else 10 ** 9)
+    monkeypatch.setattr(pe, "EXTEND_INT2_WHOLE", int2_part is True)
     gen = torch.Generator().manual_seed(200 + gqa)
     spec = _spec(d, h, ps, g, layout)
     lens, chunks = [9, 70, 40], [9, 37, 3]           # a whole-prompt chunk, a chunk > W
