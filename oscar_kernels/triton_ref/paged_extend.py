@@ -119,6 +119,23 @@ def _rotated_query(qr_ptr, stride_qn, stride_qh, qrow, heads, rvalid, PD: tl.con
 
 
 @triton.jit
+def _int2_rows(p0, int2_hi, t, rvalid, first, kv_indices, h, sc_page, sc_slot, sc_head,
+               sp_page, sp_slot, sp_head, PAGE_SIZE: tl.constexpr, RECENT: tl.constexpr,
+               BLOCK_N: tl.constexpr):
+    """The INT2 key block at positions ``[p0, p0 + BLOCK_N)`` (below ``int2_hi``): loadable
+    tokens, visible (row, token) pairs (``p <= t - W``) and each token's code / param row
+    offsets (one page-table load per token)."""
+    pos = p0 + tl.arange(0, BLOCK_N)
+    ok = pos < int2_hi
+    valid = rvalid[:, None] & ok[None, :] & (pos[None, :] <= t[:, None] - RECENT)
+    page = tl.load(kv_indices + first + pos // PAGE_SIZE, mask=ok, other=0).to(tl.int64)
+    slot = (pos % PAGE_SIZE).to(tl.int64)
+    cbase = page * sc_page + slot * sc_slot + h * sc_head
+    pbase = page * sp_page + slot * sp_slot + h * sp_head
+    return ok, valid, cbase, pbase
+
+
+@triton.jit
 def _paged_extend_kernel(
     q_ptr, stride_qn, stride_qh,                       # q [nnz, Hq, D]
     rot_k_ptr, rot_v_ptr, stride_rh, stride_rd,        # [H, D, D] fp32 (same strides)
@@ -228,14 +245,9 @@ def _paged_extend_kernel(
             a0, a1, a2, a3 = _int2_scale(a0, a1, a2, a3, UNPACK)
             int2_hi = t_max - RECENT + 1
             for p0 in range(SINK, int2_hi, BLOCK_N):
-                pos = p0 + tl.arange(0, BLOCK_N)
-                ok = pos < int2_hi
-                valid = ok[None, :] & (pos[None, :] <= t[:, None] - RECENT)
-                page = tl.load(kv_indices + first + pos // PAGE_SIZE, mask=ok,
-                               other=0).to(tl.int64)
-                slot = (pos % PAGE_SIZE).to(tl.int64)
-                cbase = page * sc_page + slot * sc_slot + h * sc_head
-                pbase = page * sp_page + slot * sp_slot + h * sp_head
+                ok, valid, cbase, pbase = _int2_rows(
+                    p0, int2_hi, t, rvalid, first, kv_indices, h, sc_page, sc_slot, sc_head,
+                    sp_page, sp_slot, sp_head, PAGE_SIZE, RECENT, BLOCK_N)
                 m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3 = _int2_block(
                     qc0, qc1, qc2, qc3, qs0, qs1, qs2, qs3,
                     k_codes, v_codes, cbase, k_params, v_params, pbase, ok, valid,
@@ -306,17 +318,12 @@ def _extend_int2_kernel(
             acc = tl.zeros([BLOCK_M, 4 * PD], tl.float32)
             z = tl.zeros([BLOCK_M], tl.float32)
             for p0 in range(SINK, int2_hi, BLOCK_N):
-                pos = p0 + tl.arange(0, BLOCK_N)
-                ok = pos < int2_hi
-                valid = rvalid[:, None] & ok[None, :] & (pos[None, :] <= t[:, None] - RECENT)
-                page = tl.load(kv_indices + first + pos // PAGE_SIZE, mask=ok,
-                               other=0).to(tl.int64)
-                slot = (pos % PAGE_SIZE).to(tl.int64)
+                ok, valid, cbase, pbase = _int2_rows(
+                    p0, int2_hi, t, rvalid, first, kv_indices, h, sc_page, sc_slot, sc_head,
+                    sp_page, sp_slot, sp_head, PAGE_SIZE, RECENT, BLOCK_N)
                 m_i, l_i, acc, z = _int2_block_whole(
-                    qj, qsum, acc, z, k_codes, v_codes,
-                    page * sc_page + slot * sc_slot + h * sc_head, k_params, v_params,
-                    page * sp_page + slot * sp_slot + h * sp_head, ok, valid, m_i, l_i,
-                    PD, DOT16, UNPACK)
+                    qj, qsum, acc, z, k_codes, v_codes, cbase, k_params, v_params, pbase, ok,
+                    valid, m_i, l_i, PD, DOT16, UNPACK)
             a0, a1, a2, a3 = _split4(acc, PD)
             z0 = z
             z1 = z
@@ -332,14 +339,9 @@ def _extend_int2_kernel(
             z2 = tl.zeros([BLOCK_M], tl.float32)
             z3 = tl.zeros([BLOCK_M], tl.float32)
             for p0 in range(SINK, int2_hi, BLOCK_N):
-                pos = p0 + tl.arange(0, BLOCK_N)
-                ok = pos < int2_hi
-                valid = rvalid[:, None] & ok[None, :] & (pos[None, :] <= t[:, None] - RECENT)
-                page = tl.load(kv_indices + first + pos // PAGE_SIZE, mask=ok,
-                               other=0).to(tl.int64)
-                slot = (pos % PAGE_SIZE).to(tl.int64)
-                cbase = page * sc_page + slot * sc_slot + h * sc_head
-                pbase = page * sp_page + slot * sp_slot + h * sp_head
+                ok, valid, cbase, pbase = _int2_rows(
+                    p0, int2_hi, t, rvalid, first, kv_indices, h, sc_page, sc_slot, sc_head,
+                    sp_page, sp_slot, sp_head, PAGE_SIZE, RECENT, BLOCK_N)
                 m_i, l_i, a0, a1, a2, a3, z0, z1, z2, z3 = _int2_block(
                     q0, q1, q2, q3, qs0, qs1, qs2, qs3,
                     k_codes, v_codes, cbase, k_params, v_params, pbase, ok, valid,
