@@ -289,9 +289,11 @@ def _extend_int2_kernel(
     WHOLE: tl.constexpr,
 ):
     """The INT2 pages of an extend (``S <= p <= t - W``) for ``BLOCK_Q`` queries x ``GP``
-    heads of one KV head, with wide row tiles (64-128 rows: the tensor cores' wgmma path)
-    and fp16 operands only; stores the unnormalized partial ``(m, l, o)`` that
-    ``_paged_extend_kernel`` merges with the BF16 rows (``INT2_PART``)."""
+    heads of one KV head, with wide row tiles (64 rows: the tensor cores' wgmma path), fp16
+    operands only and, with ``WHOLE`` (one scale/zero group per token), whole-row dots over
+    the joined code quarters (``_int2_block_whole``; quarter dots otherwise); stores the
+    unnormalized partial ``(m, l, o)`` that ``_paged_extend_kernel`` merges with the BF16
+    rows (``INT2_PART``)."""
     qb = tl.program_id(0)
     h = tl.program_id(1)
     b = tl.program_id(2)
