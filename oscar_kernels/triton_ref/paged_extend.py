@@ -19,7 +19,7 @@ tiles with fp16 dots only (the query rotated and scaled once by torch in fp32; w
 scale/zero group per token the four code quarters are joined into one ``[N, D]`` operand,
 so QK is one dot over ``D`` channels and PV one dot of ``D`` columns, ``_int2_block_whole``)
 and stores an unnormalized partial ``(m, l, o)`` per (token, query head);
-``_paged_extend_kernel`` then runs its BF16 loops with the same rotated query (``QR``, 32
+``_paged_extend_kernel`` then runs its BF16 loops with the same rotated query (32
 rows) and merges that partial instead of its own INT2 loop (``INT2_PART``). The INT2 part
 is where a chunk's keys are (the chunk's own rows older than ``W`` are INT2 too): 2.6 of
 4.6 ms at a 4K prefix before session 25's tiles, 57.5 of 60 at 124K
@@ -149,7 +149,7 @@ def _paged_extend_kernel(
     PAGE_SIZE: tl.constexpr, SINK: tl.constexpr, RECENT: tl.constexpr,
     D: tl.constexpr, GQA: tl.constexpr, GP: tl.constexpr, NG: tl.constexpr,
     BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, DOT16: tl.constexpr, UNPACK: tl.constexpr,
-    part_o, part_ml, part_sn, INT2_PART: tl.constexpr, QR: tl.constexpr,
+    part_o, part_ml, part_sn, INT2_PART: tl.constexpr,
 ):
     qb = tl.program_id(0)
     h = tl.program_id(1)
@@ -164,7 +164,7 @@ def _paged_extend_kernel(
         first, prefix, r, rvalid, t, t_min, t_max, qrow = _query_block(
             qo0, n_b, q_start, b, kv_indptr, kv_last, PAGE_SIZE, GQA, GP, BLOCK_Q)
         dd = tl.arange(0, D)
-        if QR:
+        if INT2_PART:
             # q arrives rotated and scaled (fp32, torch; the INT2 part kernel took it too)
             q0, q1, q2, q3 = _rotated_query(q_ptr, stride_qn, stride_qh, qrow, h * GQA + r,
                                             rvalid, PD)
@@ -486,7 +486,7 @@ def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
         D=d, GQA=gqa, GP=gp, NG=spec.num_groups, BLOCK_Q=block_q, BLOCK_N=block_n,
         DOT16=not interp, UNPACK=EXTEND_UNPACK,
         part_o=part_o, part_ml=part_ml, part_sn=num_qo_heads, INT2_PART=int2_part,
-        QR=int2_part, num_warps=warps, num_stages=stages,
+        num_warps=warps, num_stages=stages,
     )
     quantize_append_paged_kv_cache_triton(cache, append_key, append_value, batch_indices,
                                           positions, *table, write_pages=False,
