@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 BACKENDS = ("reference", "triton", "cute")
 _BACKEND_MODULES = {
     "reference": "oscar_kernels.reference.backend",
-    "triton": "oscar_kernels.triton_ref",
+    "triton": "oscar_kernels.triton",
     "cute": "oscar_kernels.cute",
 }
 _FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)

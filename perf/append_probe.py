@@ -33,7 +33,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 _SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                    "oscar_kernels", "triton_ref", "quantize_append.py")
+                    "oscar_kernels", "triton", "quantize_append.py")
 
 _PATCHES = {
     "nosort": [(r"srt = tl\.sort\(ax, dim=2\)", "srt = ax"),
@@ -51,7 +51,7 @@ def variant(name: str):
     source file."""
     src = open(_SRC).read()
     src = src.replace("from ..reference.quant", "from oscar_kernels.reference.quant")
-    src = src.replace("from ._common", "from oscar_kernels.triton_ref._common")
+    src = src.replace("from ._common", "from oscar_kernels.triton._common")
     subs = []
     for part in name.split("+"):
         if part in _PATCHES:

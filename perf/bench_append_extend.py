@@ -90,7 +90,7 @@ def make_cache(batch, ctx, gen_seed=0):
 
 def bench_append(batch, ctx, args):
     from oscar_kernels import ops
-    from oscar_kernels.triton_ref import quantize_append as qa
+    from oscar_kernels.triton import quantize_append as qa
 
     c = make_cache(batch, ctx)
     spec, g = c["spec"], c["g"]

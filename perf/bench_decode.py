@@ -58,7 +58,7 @@ def parse_triton_configs(text: str):
     split epilogue), ``:meN`` / ``:mwN`` (merge tile elements / warps).
     ``default`` alone is ``DecodeConfig()``.
     """
-    from oscar_kernels.triton_ref.paged_decode import DecodeConfig
+    from oscar_kernels.triton.paged_decode import DecodeConfig
 
     out = []
     for item in filter(None, text.split(",")):
@@ -222,7 +222,7 @@ def main(argv=None) -> int:
     if args.fi_site:
         sys.path.insert(0, args.fi_site)
         os.environ.setdefault("FLASHINFER_DISABLE_JIT", "1")
-    from oscar_kernels.triton_ref.paged_decode import paged_decode_attention_triton
+    from oscar_kernels.triton.paged_decode import paged_decode_attention_triton
 
     cute_mod = None
     try:

@@ -3,7 +3,7 @@
     PYTHONPATH=. python3 perf/extend_probe.py --configs one:16,64,4,1 part:128,64,8,2 --fi-site /tmp/fi_site
 
 Each config ``one:BLOCK_M,BLOCK_N,WARPS,STAGES[,UNPACK]`` (one kernel for every key: the
-``EXTEND_*`` constants of :mod:`oscar_kernels.triton_ref.paged_extend`; ``UNPACK`` as in
+``EXTEND_*`` constants of :mod:`oscar_kernels.triton.paged_extend`; ``UNPACK`` as in
 ``_blocks``: 2 the subnormal PTX, 0 element-wise) or ``part:BLOCK_M,BLOCK_N,WARPS,STAGES``
 (the INT2 pages first in ``_extend_int2_kernel``: its ``EXTEND_INT2_*`` constants) or
 ``part:BLOCK_M,BLOCK_N,WARPS,STAGES,UNPACK,MAIN_BLOCK_M,MAIN_BLOCK_N,MAIN_WARPS,MAIN_STAGES,WHOLE``
@@ -11,7 +11,7 @@ Each config ``one:BLOCK_M,BLOCK_N,WARPS,STAGES[,UNPACK]`` (one kernel for every 
 launch, which then attends only the BF16 rows with the query the INT2 kernel took) is set in a process of its
 own, then
 
-* checked: the three shapes of ``tests/triton_ref/test_triton_gpu.py::test_extend_gpu``
+* checked: the three shapes of ``tests/triton/test_triton_gpu.py::test_extend_gpu``
   (GQA 4 / 8 / 1, head_dim 128 / 64, groups of 128 / 16 / 64, NHD / HND, page 16 / 64)
   against the reference op on the GPU, with that test's bounds (relative error < 1e-2,
   lse within 2e-2); a config that fails is reported and not timed;
@@ -47,7 +47,7 @@ def check(config_label: str) -> tuple[bool, str]:
     import torch
 
     sys.path.insert(0, os.path.join(ROOT, "tests"))
-    sys.path.insert(0, os.path.join(ROOT, "tests", "triton_ref"))
+    sys.path.insert(0, os.path.join(ROOT, "tests", "triton"))
     from helpers import rel_err
     from oscar_kernels import CacheSpec, ops
     from triton_cases import build_case, offsets
@@ -168,7 +168,7 @@ def main(argv=None) -> int:
         os.environ.setdefault("FLASHINFER_DISABLE_JIT", "1")
     import torch
 
-    from oscar_kernels.triton_ref import paged_extend as pe
+    from oscar_kernels.triton import paged_extend as pe
     from perf.harness import env_header, profile_kernels, time_cuda
 
     if not a.inline:

@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python perf/extend_res_usage.py
 
-Compiles ``_extend_int2_kernel`` (oscar_kernels.triton_ref.paged_extend) for sm_90a without
+Compiles ``_extend_int2_kernel`` (oscar_kernels.triton.paged_extend) for sm_90a without
 a GPU (``triton.compile`` with a CUDA target; Triton's bundled ptxas) for head_dim 64 / 128 /
 256, its whole-row and quarter dots and two key-block sizes (4 warps, 2 stages, 64 rows),
 and prints ``cuobjdump -res-usage`` (Triton's bundled copy) and the shared memory the
@@ -31,7 +31,7 @@ def usage(d: int, gqa: int, block_n: int, whole: bool, warps: int = 4, stages: i
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from oscar_kernels.triton_ref import paged_extend as pe
+    from oscar_kernels.triton import paged_extend as pe
 
     fn = pe._extend_int2_kernel
     gp = triton.next_power_of_2(gqa)

@@ -1,5 +1,5 @@
 #!/bin/bash
-# One device call for the Triton kernels: GPU tests of tests/triton_ref, bench_decode
+# One device call for the Triton kernels: GPU tests of tests/triton, bench_decode
 # (qwen3-8b, FlashInfer BF16 + SDPA in the same run, a config sweep, the shipped default
 # reported), then bench_append_extend. Everything lands under $OUT (8 files at most).
 # Usage (repo root, device machine):
@@ -14,10 +14,10 @@ export TRITON_CACHE_DIR=/tmp/tcache
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)";
   python3 .carry/flashinfer/setup_site.py /tmp/fi_site 2>&1 | tail -3; } > $OUT/${TAG}_env.txt 2>&1
 if [ -z "$SKIP_TESTS" ]; then
-  { echo "# pytest -m gpu tests/triton_ref at $OSCAR_GIT_COMMIT"; echo "date_utc: $(date -u '+%F %T')";
-    echo "command: PYTHONPATH=. python3 -m pytest -m gpu -q -rs --durations=12 tests/triton_ref";
+  { echo "# pytest -m gpu tests/triton at $OSCAR_GIT_COMMIT"; echo "date_utc: $(date -u '+%F %T')";
+    echo "command: PYTHONPATH=. python3 -m pytest -m gpu -q -rs --durations=12 tests/triton";
     sed -n 2p $OUT/${TAG}_env.txt;
-    timeout ${TEST_TIMEOUT:-280} python3 -m pytest -m gpu -q -rs --durations=12 -p no:cacheprovider tests/triton_ref 2>&1; echo "rc=$?"; } \
+    timeout ${TEST_TIMEOUT:-280} python3 -m pytest -m gpu -q -rs --durations=12 -p no:cacheprovider tests/triton 2>&1; echo "rc=$?"; } \
     | tee $OUT/${TAG}_pytest.log | tail -22
 fi
 timeout ${BENCH_TIMEOUT:-300} python3 perf/bench_decode.py --presets qwen3-8b --batches $BATCHES --contexts $CONTEXTS \

@@ -27,7 +27,7 @@ def _backends():
     """reference always; triton under TRITON_INTERPRET=1 once its kernels implement the ops."""
     out = ["reference"]
     try:
-        mod = importlib.import_module("oscar_kernels.triton_ref")
+        mod = importlib.import_module("oscar_kernels.triton")
         if hasattr(mod, "decode") and os.environ.get("TRITON_INTERPRET") == "1":
             out.append("triton")
     except ImportError:
@@ -167,7 +167,7 @@ def test_append_and_decode_wrapper_equal_ops(backend, page_size, layout, gen):
     ops.quantize_append_paged_kv_cache(k, v, b, p, ref_cache, ix, ip, last, slots, rot,
                                        backend=backend)
     # the wrapper is an adapter: same bytes and outputs as the op on the same backend
-    # (the backends themselves are compared with the reference in tests/triton_ref, tests/cute)
+    # (the backends themselves are compared with the reference in tests/triton, tests/cute)
     for name, t in cache.tensors().items():
         assert torch.equal(t.view(torch.uint8), ref_cache.tensors()[name].view(torch.uint8)), name
 

@@ -237,7 +237,7 @@ def quantize_append_paged_kv_cache_triton(cache, append_key: torch.Tensor,
 
     Example
     -------
-    >>> # see tests/triton_ref/test_triton_interp.py (CPU, TRITON_INTERPRET=1)
+    >>> # see tests/triton/test_triton_interp.py (CPU, TRITON_INTERPRET=1)
     """
     spec = cache.spec
     nnz, h, d = append_key.shape

@@ -19,7 +19,7 @@ import torch
 
 from helpers import rel_err
 from oscar_kernels import CacheSpec, ops
-from oscar_kernels.triton_ref.paged_decode import DecodeConfig, paged_decode_attention_triton
+from oscar_kernels.triton.paged_decode import DecodeConfig, paged_decode_attention_triton
 from triton_cases import (bf16_decode_baseline, build_case, compare_codes, offsets, rot_heads,
                           used_pages)
 
@@ -109,7 +109,7 @@ def test_append_gpu(d, h, ps, g, layout, sdt, lens):
 @pytest.mark.parametrize("d,h,lens", [(128, 8, [1]), (128, 8, [5, 17, 9, 30]),
                                       (64, 3, [7, 2, 40]), (128, 1, [3] * 20)])
 def test_append_gpu_plans(d, h, lens, plan, monkeypatch):
-    from oscar_kernels.triton_ref import quantize_append as qa
+    from oscar_kernels.triton import quantize_append as qa
     for name, value in APPEND_PLANS[plan].items():
         monkeypatch.setattr(qa, name, value)
     _check_append_gpu(d, h, 16, None, "HND", torch.float16, lens)
@@ -157,7 +157,7 @@ EXTEND_CASES = [
 @pytest.mark.parametrize("int2_part", [False, True], ids=["one_kernel", "int2_part"])
 @pytest.mark.parametrize("d,h,gqa,ps,g,layout,lens,chunks", EXTEND_CASES)
 def test_extend_gpu(d, h, gqa, ps, g, layout, lens, chunks, int2_part, monkeypatch):
-    from oscar_kernels.triton_ref import paged_extend as pe
+    from oscar_kernels.triton import paged_extend as pe
     monkeypatch.setattr(pe, "EXTEND_INT2_MIN_PROGRAMS_PER_SM", 0 if int2_part else 10 ** 9)
     spec = _spec(d, h, ps, g, layout)
     prefix = [n - c for n, c in zip(lens, chunks)]

@@ -368,7 +368,7 @@ def paged_decode_attention_triton(q: torch.Tensor, cache, kv_indptr: torch.Tenso
 
     Example
     -------
-    >>> # see tests/triton_ref/test_triton_interp.py (CPU, TRITON_INTERPRET=1)
+    >>> # see tests/triton/test_triton_interp.py (CPU, TRITON_INTERPRET=1)
     """
     spec = cache.spec
     batch_size, num_qo_heads, d = q.shape

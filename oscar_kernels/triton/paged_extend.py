@@ -387,7 +387,7 @@ def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
     append_key, append_value : Tensor ``[nnz, num_kv_heads, head_dim]``, model space.
     qo_indptr : Tensor ``[batch_size + 1]`` int32, chunk offsets (``qo_indptr[-1] == nnz``).
     cache, kv_indptr, kv_indices, kv_last_page_len, window_slots, rot_k, rot_v
-        As in :func:`~oscar_kernels.triton_ref.paged_decode.paged_decode_attention_triton`;
+        As in :func:`~oscar_kernels.triton.paged_decode.paged_decode_attention_triton`;
         the page table already covers the chunk.
     k_clip, v_clip, sm_scale : float
     out : Tensor, optional ``[nnz, num_qo_heads, head_dim]`` of ``q.dtype``.
@@ -398,7 +398,7 @@ def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
 
     Example
     -------
-    >>> # see tests/triton_ref/test_triton_interp.py (CPU, TRITON_INTERPRET=1)
+    >>> # see tests/triton/test_triton_interp.py (CPU, TRITON_INTERPRET=1)
     """
     spec = cache.spec
     nnz, num_qo_heads, d = q.shape
@@ -438,7 +438,7 @@ def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
     interp = interpret_mode(q.device)
     # 16 query rows and 4 warps: the MMAv2 (mma.sync) path the decode kernel runs. With 64
     # rows Triton picks wgmma for these fp16/TF32 operand mixes and the kernel read out of
-    # bounds or returned wrong values on the H200 (tests/triton_ref, 2026-11-29).
+    # bounds or returned wrong values on the H200 (tests/triton, 2026-11-29).
     block_m = EXTEND_BLOCK_M
     block_q = max(1, block_m // gp)
     block_n = 32 if interp else EXTEND_BLOCK_N

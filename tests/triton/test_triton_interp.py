@@ -85,7 +85,7 @@ APPEND_PLANS = {"tile16": dict(TOKEN_PROGRAMS_PER_SM=0),
     (128, 1, 7, 32, "NHD", torch.float16, [3, 20, 9]),
 ])
 def test_append_matches_reference(d, h, ps, g, layout, sdt, lens, plan, monkeypatch):
-    from oscar_kernels.triton_ref import quantize_append as qa
+    from oscar_kernels.triton import quantize_append as qa
     for name, value in APPEND_PLANS[plan].items():
         monkeypatch.setattr(qa, name, value)
     nnz = sum(lens)
@@ -118,7 +118,7 @@ def test_append_plan_thresholds():
     """The launcher's plan by program count (nnz x heads x K/V) on 132 SMs (the CPU
     default): one-token programs with R in one tile up to 264, with 16-row tiles up to 792,
     16-token tiles above; R's wide tile is 128 elements per thread of 4 warps."""
-    from oscar_kernels.triton_ref import quantize_append as qa
+    from oscar_kernels.triton import quantize_append as qa
     cpu = torch.device("cpu")
     assert qa.DEFAULT_SM_COUNT == 132
     assert qa.append_plan(1, 8, 128, cpu) == (1, 128)
@@ -166,7 +166,7 @@ def test_decode_matches_reference(d, h, gqa, ps, g, layout, sdt):
                                                 return_lse=True, backend="reference")
     assert o.data_ptr() == out.data_ptr() and not bool(out.isnan().any())
     assert rel_err(o, o_ref) < 1e-5
-    from oscar_kernels.triton_ref.paged_decode import (default_decode_config,
+    from oscar_kernels.triton.paged_decode import (default_decode_config,
                                                        paged_decode_attention_triton)
 
     cfg = dataclasses.replace(default_decode_config(q.device), rotate_in_kernel=False)
@@ -188,7 +188,7 @@ def test_decode_matches_reference(d, h, gqa, ps, g, layout, sdt):
 def test_extend_int2_part_rule():
     """The wide-tile INT2 kernel runs when its grid has a program per SM (132 off the GPU):
     64 rows = 16 queries at GQA 4, 8 at GQA 8, 64 at GQA 1."""
-    from oscar_kernels.triton_ref import paged_extend as pe
+    from oscar_kernels.triton import paged_extend as pe
     cpu = torch.device("cpu")
     assert pe.EXTEND_INT2_BLOCK_M == 64 and pe.EXTEND_INT2_MIN_PROGRAMS_PER_SM == 1
     assert pe.extend_int2_part(4096, 8, 1, 4, cpu)             # 256 x 8 programs
@@ -213,7 +213,7 @@ def test_extend_matches_reference(d, h, gqa, ps, g, layout, int2_part, monkeypat
     """Every launcher path: one kernel for everything, or the INT2 pages attended first in
     wide tiles (_extend_int2_kernel: whole-row dots with one group per token, quarter dots
     with several or when forced) and merged by the main kernel."""
-    from oscar_kernels.triton_ref import paged_extend as pe
+    from oscar_kernels.triton import paged_extend as pe
     monkeypatch.setattr(pe, "EXTEND_INT2_MIN_PROGRAMS_PER_SM", 0 if int2_part else 10 ** 9)
     monkeypatch.setattr(pe, "EXTEND_INT2_WHOLE", int2_part is True)
     gen = torch.Generator().manual_seed(200 + gqa)
@@ -265,25 +265,25 @@ def test_decode_after_triton_append_matches_reference_decode():
 
 
 def test_can_implement_reports_unsupported_and_unavailable(monkeypatch):
-    from oscar_kernels import triton_ref
+    from oscar_kernels import triton as triton_backend
 
     cpu = torch.device("cpu")
-    triton_ref.can_implement("decode", device=cpu, spec=_spec(128, 2, 16, 32),
+    triton_backend.can_implement("decode", device=cpu, spec=_spec(128, 2, 16, 32),
                              num_qo_heads=8, dtype=torch.bfloat16)
     with pytest.raises(UnsupportedConfigError, match="group_size"):
-        triton_ref.can_implement("decode", device=cpu, spec=_spec(128, 2, 16, 16),
+        triton_backend.can_implement("decode", device=cpu, spec=_spec(128, 2, 16, 16),
                                  num_qo_heads=8, dtype=torch.bfloat16)
     with pytest.raises(UnsupportedConfigError, match="head_dim"):
-        triton_ref.can_implement("extend", device=cpu, spec=_spec(32, 2, 16),
+        triton_backend.can_implement("extend", device=cpu, spec=_spec(32, 2, 16),
                                  num_qo_heads=8, dtype=torch.bfloat16)
     with pytest.raises(UnsupportedConfigError, match="num_qo_heads"):
-        triton_ref.can_implement("decode", device=cpu, spec=_spec(64, 1, 16),
+        triton_backend.can_implement("decode", device=cpu, spec=_spec(64, 1, 16),
                                  num_qo_heads=32, dtype=torch.bfloat16)
-    triton_ref.can_implement("append", device=cpu, spec=_spec(128, 2, 16, 16),
+    triton_backend.can_implement("append", device=cpu, spec=_spec(128, 2, 16, 16),
                              num_qo_heads=2, dtype=torch.bfloat16)
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(BackendUnavailableError, match="TRITON_INTERPRET"):
-        triton_ref.can_implement("decode", device=cpu, spec=_spec(64, 2, 16),
+        triton_backend.can_implement("decode", device=cpu, spec=_spec(64, 2, 16),
                                  num_qo_heads=8, dtype=torch.bfloat16)
 
 
