@@ -49,6 +49,7 @@ from ..spec import seq_lens_from_page_table
 from ._blocks import (_bf16_block, _int2_block, _int2_block_whole, _int2_query, _int2_scale,
                       _int2_unscale, _join4, _rotate_quarter, _split4)
 from ._common import interpret_mode, num_sms, page_strides
+from .extend_dense import int2_part_dense
 from .quantize_append import DEFAULT_SM_COUNT, quantize_append_paged_kv_cache_triton
 
 LOG2E = 1.4426950408889634
@@ -77,6 +78,9 @@ EXTEND_INT2_WARPS = 4
 EXTEND_INT2_STAGES = 2
 EXTEND_INT2_UNPACK = 2
 EXTEND_INT2_WHOLE = True          # whole-row dots when there is one group per token
+# The INT2 part as dequantize + dense attention (extend_dense.py) instead of
+# _extend_int2_kernel: "auto" (the rule in extend_dense_part), True or False.
+EXTEND_INT2_DENSE = "auto"
 # The main kernel when the INT2 part ran first (q arrives rotated, no fp16 dots left in it)
 EXTEND_PART_BLOCK_M = 32
 EXTEND_PART_BLOCK_N = 64
@@ -371,6 +375,15 @@ def extend_int2_part(max_chunk: int, num_kv_heads: int, batch_size: int, gqa: in
             >= EXTEND_INT2_MIN_PROGRAMS_PER_SM * num_sms(device, DEFAULT_SM_COUNT))
 
 
+def extend_dense_part(device: torch.device) -> bool:
+    """Whether the INT2 part runs as dequantize + dense attention (:mod:`.extend_dense`):
+    ``EXTEND_INT2_DENSE``, and under ``"auto"`` on CUDA devices (torch's cuDNN or flash
+    attention; the interpreter runs the INT2 part kernel)."""
+    if EXTEND_INT2_DENSE != "auto":
+        return bool(EXTEND_INT2_DENSE)
+    return device.type == "cuda"
+
+
 def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
                                   append_value: torch.Tensor, qo_indptr: torch.Tensor, cache,
                                   kv_indptr: torch.Tensor, kv_indices: torch.Tensor,
@@ -450,8 +463,16 @@ def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
     if int2_part:
         # the INT2 pages first, in wide row tiles: q rotated and scaled once (fp32, torch),
         # the partial (m, l, o) per (token, query head) merged by the kernel below
-        qr = torch.einsum("nhgd,hde->nhge", q.to(torch.float32).reshape(nnz, h, gqa, d), rot_k)
-        qr = (qr * (float(sm_scale) * LOG2E)).reshape(nnz, num_qo_heads, d)
+        qr = torch.einsum("nhgd,hde->nhge", q.to(torch.float32).reshape(nnz, h, gqa, d),
+                          rot_k).reshape(nnz, num_qo_heads, d)
+        if extend_dense_part(q.device):
+            host = torch.cat([seq_lens.long(), qo, kv_indptr.long()]).tolist()
+            part_o = torch.empty((nnz, num_qo_heads, d), dtype=torch.float32, device=q.device)
+            part_ml = torch.empty((nnz, num_qo_heads, 2), dtype=torch.float32, device=q.device)
+            int2_part_dense(qr, cache, host[2 * batch_size + 1:], kv_indices, host[:batch_size],
+                            host[batch_size:2 * batch_size + 1], sm_scale, part_o, part_ml)
+        qr = qr * (float(sm_scale) * LOG2E)
+    if int2_part and not extend_dense_part(q.device):
         part_o = torch.empty((nnz, num_qo_heads, d), dtype=torch.float32, device=q.device)
         part_ml = torch.empty((nnz, num_qo_heads, 2), dtype=torch.float32, device=q.device)
         _extend_int2_kernel[(triton.cdiv(max_chunk, bq), h, batch_size)](
@@ -465,6 +486,7 @@ def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
             UNPACK=EXTEND_INT2_UNPACK, WHOLE=EXTEND_INT2_WHOLE and spec.num_groups == 1,
             num_warps=EXTEND_INT2_WARPS, num_stages=EXTEND_INT2_STAGES,
         )
+    if int2_part:
         # the BF16 rows next, from the same rotated query
         q_in, warps, stages = qr, EXTEND_PART_WARPS, EXTEND_PART_STAGES
         if not interp:
