@@ -151,14 +151,19 @@ EXTEND_CASES = [
     (128, 8, 4, 16, None, "NHD", [4099, 300, 1000], [512, 300, 77]),
     (64, 2, 8, 64, 16, "HND", [700, 65], [600, 1]),
     (128, 4, 1, 16, 64, "NHD", [2000], [300]),
+    (128, 8, 4, 1, None, "HND", [9000, 5000, 300], [4096, 1, 300]),
 ]
 
 
-@pytest.mark.parametrize("int2_part", [False, True], ids=["one_kernel", "int2_part"])
+@pytest.mark.parametrize("int2_part", [False, True, "dense"],
+                         ids=["one_kernel", "int2_part", "dense"])
 @pytest.mark.parametrize("d,h,gqa,ps,g,layout,lens,chunks", EXTEND_CASES)
 def test_extend_gpu(d, h, gqa, ps, g, layout, lens, chunks, int2_part, monkeypatch):
+    from oscar_kernels.triton import extend_dense
     from oscar_kernels.triton import paged_extend as pe
     monkeypatch.setattr(pe, "EXTEND_INT2_MIN_PROGRAMS_PER_SM", 0 if int2_part else 10 ** 9)
+    monkeypatch.setattr(pe, "EXTEND_INT2_DENSE", int2_part == "dense")
+    monkeypatch.setattr(extend_dense, "DENSE_TILE_TOKENS", 1024)   # several workspace tiles
     spec = _spec(d, h, ps, g, layout)
     prefix = [n - c for n, c in zip(lens, chunks)]
     res = {}
