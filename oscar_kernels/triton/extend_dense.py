@@ -48,9 +48,9 @@ DEQUANT_BLOCK_N = 64
 
 @triton.jit
 def _dequant_rows_kernel(
-    codes, params, sc_page, sc_slot, sc_head, sp_page, sp_slot, sp_head,
+    codes_ptr, params_ptr, sc_page, sc_slot, sc_head, sp_page, sp_slot, sp_head,
     kv_indices, first_page, pos0, count,                 # one sequence: rows [pos0, pos0 + count)
-    out, so_h, so_n,                                     # out [H, count, D] (D contiguous)
+    out_ptr, so_h, so_n,                                 # out [H, count, D] (D contiguous)
     PAGE_SIZE: tl.constexpr, D: tl.constexpr, NG: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     """``out[h, i, :] = zero + scale * code`` of position ``pos0 + i`` (fp32, then ``out``'s
@@ -67,17 +67,17 @@ def _dequant_rows_kernel(
     cbase = page * sc_page + slot * sc_slot + h * sc_head
     pbase = page * sp_page + slot * sp_slot + h * sp_head
     j = tl.arange(0, PD)
-    packed = tl.load(codes + cbase[:, None] + j[None, :], mask=ok[:, None], other=0).to(tl.int32)
-    orow = out + h.to(tl.int64) * so_h + i.to(tl.int64)[:, None] * so_n
+    packed = tl.load(codes_ptr + cbase[:, None] + j[None, :], mask=ok[:, None], other=0).to(tl.int32)
+    orow = out_ptr + h.to(tl.int64) * so_h + i.to(tl.int64)[:, None] * so_n
     for quarter in tl.static_range(4):
         c = ((packed >> (2 * quarter)) & 3).to(tl.float32)              # [BLOCK_N, PD]
         ch = quarter * PD + j                                           # channels
         grp = ch // GS
-        pp = params + pbase[:, None] + grp[None, :] * 2
+        pp = params_ptr + pbase[:, None] + grp[None, :] * 2
         scale = tl.load(pp, mask=ok[:, None], other=0.0).to(tl.float32)
         zero = tl.load(pp + 1, mask=ok[:, None], other=0.0).to(tl.float32)
         val = zero + scale * c
-        tl.store(orow + ch[None, :], val.to(out.dtype.element_ty), mask=ok[:, None])
+        tl.store(orow + ch[None, :], val.to(out_ptr.dtype.element_ty), mask=ok[:, None])
 
 
 def dequantize_rows(codes: torch.Tensor, params: torch.Tensor, kv_layout: str,
