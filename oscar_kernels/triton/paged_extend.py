@@ -212,13 +212,23 @@ def _paged_extend_kernel(
                 m_i, l_i, a0, a1, a2, a3 = _bf16_block(
                     q0, q1, q2, q3, k_win, v_win, wbase + rows * sw_row, ok, valid,
                     m_i, l_i, a0, a1, a2, a3, PD, DOT16)
-        # 3. the chunk's own rotated rows: prefix <= p <= t, BF16 by the rule
-        own_lo = tl.where(prefix < SINK, prefix, tl.maximum(prefix, t_min - RECENT + 1))
+        # 3. the chunk's own rotated rows: prefix <= p <= t, BF16 by the rule: its sink rows
+        #    (p < S), then its window rows (p >= S, p > t - W)
+        own_sink_hi = tl.minimum(SINK, t_max + 1)
+        for p0 in range(prefix, own_sink_hi, BLOCK_N):
+            pos = p0 + tl.arange(0, BLOCK_N)
+            ok = pos < own_sink_hi
+            valid = ok[None, :] & (pos[None, :] <= t[:, None])
+            nb = (qo0 + pos - prefix).to(tl.int64) * stride_nn + h * stride_nh
+            m_i, l_i, a0, a1, a2, a3 = _bf16_block(
+                q0, q1, q2, q3, k_new, v_new, nb, ok, valid,
+                m_i, l_i, a0, a1, a2, a3, PD, DOT16)
+        own_lo = tl.maximum(tl.maximum(prefix, SINK), t_min - RECENT + 1)
         for p0 in range(own_lo, t_max + 1, BLOCK_N):
             pos = p0 + tl.arange(0, BLOCK_N)
             ok = pos <= t_max
             valid = (ok[None, :] & (pos[None, :] <= t[:, None])
-                     & ((pos[None, :] < SINK) | (pos[None, :] > t[:, None] - RECENT)))
+                     & (pos[None, :] > t[:, None] - RECENT))
             nb = (qo0 + pos - prefix).to(tl.int64) * stride_nn + h * stride_nh
             m_i, l_i, a0, a1, a2, a3 = _bf16_block(
                 q0, q1, q2, q3, k_new, v_new, nb, ok, valid,
@@ -375,13 +385,27 @@ def extend_int2_part(max_chunk: int, num_kv_heads: int, batch_size: int, gqa: in
             >= EXTEND_INT2_MIN_PROGRAMS_PER_SM * num_sms(device, DEFAULT_SM_COUNT))
 
 
-def extend_dense_part(device: torch.device) -> bool:
+#: Under "auto" the dense INT2 part runs on CUDA when the longest sequence has at least
+#: EXTEND_DENSE_MIN_TOKENS tokens, or EXTEND_DENSE_MIN_CHUNK_TOKENS with a chunk of at least
+#: EXTEND_DENSE_MIN_CHUNK. Measured on an H200 (Qwen3-8B geometry, batch 1, perf/bench_prefill.py
+#: --int2-paths kernel; dense vs INT2 part kernel): chunk 512 on 28K / 60K / 124K cached tokens
+#: 2.94 / 2.52 / 4.00 vs 2.19 / 2.90 / 5.32 ms; chunk 4096 on 0 / 4K / 28K / 124K 4.49 / 3.49 /
+#: 6.32 / 16.9 vs 4.15 / 3.63 / 10.2 / 35.9 ms; batch 8 x 1024 on 32K 12.9 vs 20.9 ms.
+EXTEND_DENSE_MIN_TOKENS = 32768
+EXTEND_DENSE_MIN_CHUNK_TOKENS = 8192
+EXTEND_DENSE_MIN_CHUNK = 4096
+
+
+def extend_dense_part(device: torch.device, max_seq_len: int, max_chunk: int) -> bool:
     """Whether the INT2 part runs as dequantize + dense attention (:mod:`.extend_dense`):
-    ``EXTEND_INT2_DENSE``, and under ``"auto"`` on CUDA devices (torch's cuDNN or flash
-    attention; the interpreter runs the INT2 part kernel)."""
+    ``EXTEND_INT2_DENSE``, or under ``"auto"`` on CUDA devices (torch's cuDNN or flash
+    attention; the interpreter runs the INT2 part kernel) for long sequences or long
+    chunks (the thresholds above)."""
     if EXTEND_INT2_DENSE != "auto":
         return bool(EXTEND_INT2_DENSE)
-    return device.type == "cuda"
+    return device.type == "cuda" and (
+        max_seq_len >= EXTEND_DENSE_MIN_TOKENS
+        or (max_chunk >= EXTEND_DENSE_MIN_CHUNK and max_seq_len >= EXTEND_DENSE_MIN_CHUNK_TOKENS))
 
 
 def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
@@ -446,7 +470,7 @@ def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
     k_new = torch.einsum("nhd,hde->nhe", append_key.to(torch.float32), rot_k).to(torch.bfloat16)
     v_new = torch.einsum("nhd,hde->nhe", append_value.to(torch.float32), rot_v).to(torch.bfloat16)
 
-    max_chunk = int(chunk.max())
+    max_chunk, max_seq_len = torch.stack([chunk.max(), seq_lens.max().long()]).tolist()
     gp = triton.next_power_of_2(gqa)
     interp = interpret_mode(q.device)
     # 16 query rows and 4 warps: the MMAv2 (mma.sync) path the decode kernel runs. With 64
@@ -459,20 +483,21 @@ def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
     sp = page_strides(cache.k_params, spec.kv_layout)
     sw = cache.k_window.stride()
     bq = max(1, (16 if interp else EXTEND_INT2_BLOCK_M) // gp)
-    int2_part = extend_int2_part(max_chunk, h, batch_size, gqa, q.device)
+    dense = extend_dense_part(q.device, max_seq_len, max_chunk)
+    int2_part = dense or extend_int2_part(max_chunk, h, batch_size, gqa, q.device)
     if int2_part:
         # the INT2 pages first, in wide row tiles: q rotated and scaled once (fp32, torch),
         # the partial (m, l, o) per (token, query head) merged by the kernel below
         qr = torch.einsum("nhgd,hde->nhge", q.to(torch.float32).reshape(nnz, h, gqa, d),
                           rot_k).reshape(nnz, num_qo_heads, d)
-        if extend_dense_part(q.device):
+        if dense:
             host = torch.cat([seq_lens.long(), qo, kv_indptr.long()]).tolist()
             part_o = torch.empty((nnz, num_qo_heads, d), dtype=torch.float32, device=q.device)
             part_ml = torch.empty((nnz, num_qo_heads, 2), dtype=torch.float32, device=q.device)
             int2_part_dense(qr, cache, host[2 * batch_size + 1:], kv_indices, host[:batch_size],
                             host[batch_size:2 * batch_size + 1], sm_scale, part_o, part_ml)
         qr = qr * (float(sm_scale) * LOG2E)
-    if int2_part and not extend_dense_part(q.device):
+    if int2_part and not dense:
         part_o = torch.empty((nnz, num_qo_heads, d), dtype=torch.float32, device=q.device)
         part_ml = torch.empty((nnz, num_qo_heads, 2), dtype=torch.float32, device=q.device)
         _extend_int2_kernel[(triton.cdiv(max_chunk, bq), h, batch_size)](

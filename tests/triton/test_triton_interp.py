@@ -330,3 +330,16 @@ def test_reference_rotations_are_per_head():
     rk, _ = rot_heads(case["rot"], 2)
     assert not torch.allclose(rk[0], rk[1])
     _ = ref
+
+
+def test_extend_dense_part_rule():
+    """The dense INT2 part under "auto": CUDA only, long sequences or long chunks."""
+    from oscar_kernels.triton import paged_extend as pe
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert pe.EXTEND_INT2_DENSE == "auto"
+    assert not pe.extend_dense_part(cpu, 10 ** 6, 10 ** 5)
+    assert pe.extend_dense_part(cuda, 32768, 1)
+    assert not pe.extend_dense_part(cuda, 32767, 512)
+    assert pe.extend_dense_part(cuda, 8192, 4096)
+    assert not pe.extend_dense_part(cuda, 8191, 4096)
+    assert not pe.extend_dense_part(cuda, 30000, 4095)
