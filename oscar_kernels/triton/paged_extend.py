@@ -13,19 +13,25 @@ Order, as the format requires (docs/format.md §5 "Extend order"):
    sink rows and the INT2 pages (packed, dequantization folded into the dots);
 3. ``_quantize_append_kernel`` again, ring rows only.
 
-Long chunks (the grid of ``_extend_int2_kernel`` at least one program per SM) run step 2
-in two kernels: ``_extend_int2_kernel`` attends the INT2 pages alone in 64-row x 128-key
-tiles with fp16 dots only (the query rotated and scaled once by torch in fp32; with one
-scale/zero group per token the four code quarters are joined into one ``[N, D]`` operand,
-so QK is one dot over ``D`` channels and PV one dot of ``D`` columns, ``_int2_block_whole``)
-and stores an unnormalized partial ``(m, l, o)`` per (token, query head);
-``_paged_extend_kernel`` then runs its BF16 loops with the same rotated query (32
-rows) and merges that partial instead of its own INT2 loop (``INT2_PART``). The INT2 part
-is where a chunk's keys are (the chunk's own rows older than ``W`` are INT2 too): 2.6 of
-4.6 ms at a 4K prefix before session 25's tiles, 57.5 of 60 at 124K
-(perf/results/2026-12-02_h200_s25_extend_profile_3.txt). It costs two float32
-``[nnz, Hq, D]`` temporaries (the rotated query and the partial ``o``: 128 MiB each for an
-8192-token chunk of 32 heads x 128).
+Long sequences or long chunks run step 2 in two parts. The INT2 part attends the INT2
+pages alone and stores an unnormalized partial ``(m, l, o)`` per (token, query head); the
+main kernel ``_paged_extend_kernel`` then runs its BF16 loops with the same rotated query
+(32 rows) and merges that partial instead of its own INT2 loop (``INT2_PART``). The INT2
+part is where nearly all of a long extend's keys are (the chunk's own rows older than
+``W`` are INT2 too). It runs either
+
+* as dequantize + dense attention (:mod:`.extend_dense`, :func:`extend_dense_part`): the
+  rows into an fp16 workspace, then torch's cuDNN attention with a bottom-right causal
+  mask built from two calls; 1.2x the time of a cuDNN BF16 prefill at 124K cached tokens
+  (perf/results/2026-12-04_h200_bench_prefill.md), or
+* in ``_extend_int2_kernel``: 64-row x 128-key tiles with fp16 dots only (the query
+  rotated and scaled once by torch in fp32; with one scale/zero group per token the four
+  code quarters are joined into one ``[N, D]`` operand, so QK is one dot over ``D``
+  channels and PV one dot of ``D`` columns, ``_int2_block_whole``), taken when the grid
+  has at least one program per SM (:func:`extend_int2_part`).
+
+Either costs two float32 ``[nnz, Hq, D]`` temporaries (the rotated query and the partial
+``o``: 128 MiB each for an 8192-token chunk of 32 heads x 128).
 
 ``_paged_extend_kernel``, grid ``(cdiv(max n_b, BLOCK_Q), num_kv_heads, batch_size)``: one
 program owns ``BLOCK_Q`` consecutive queries of one sequence and all ``GQA`` query heads
@@ -63,14 +69,13 @@ EXTEND_UNPACK = 2
 # The INT2 pages in _extend_int2_kernel first (EXTEND_INT2_BLOCK_M rows per program, fp16
 # dots only) when its grid has at least EXTEND_INT2_MIN_PROGRAMS_PER_SM programs per SM
 # (long chunks; a short chunk keeps the 16-row programs, 4x as many). On an H200
-# (qwen3-8b, one sequence, 4096-token chunk, perf/extend_probe.py; FlashInfer BF16 prefill
-# 1.28 / 5.80 / 24.1 ms at prefix 4K / 28K / 124K): one kernel 8.25 / 33.6 / 135.7 ms;
-# session 24's split (64 x 64 tiles, element-wise unpack) 5.1 / 17.0 / 64.6 ms
-# (perf/results/2026-12-02_h200_s25_extend_probe_1.txt); session 25: the subnormal unpack
-# and the main kernel at 32 rows 4.5 / 15.3 / 59.8, whole-row dots (EXTEND_INT2_WHOLE) at
+# (qwen3-8b, one sequence, 4096-token chunk, perf/tools/extend_probe.py; FlashInfer BF16
+# prefill 1.28 / 5.80 / 24.1 ms at prefix 4K / 28K / 124K): one kernel 8.25 / 33.6 / 135.7
+# ms; 64 x 64 tiles with an element-wise unpack 5.1 / 17.0 / 64.6 ms; the subnormal unpack
+# and the main kernel at 32 rows 4.5 / 15.3 / 59.8; whole-row dots (EXTEND_INT2_WHOLE) at
 # 64 x 64 4.5 / 15.0 / 56.4 and at 64 x 128 3.44-3.63 / 9.97-10.17 / 35.9-36.2 ms (239-241
-# TFLOP/s at 124K; 256-key blocks, 8 warps, 128 rows or 3 stages slower;
-# ..._s25_extend_probe_{2,4,5}.txt).
+# TFLOP/s at 124K); 256-key blocks, 8 warps, 128 rows or 3 stages were slower
+# (perf/results/2026-12-02_h200_s25_extend_probe_{1,2,4,5}.txt).
 EXTEND_INT2_MIN_PROGRAMS_PER_SM = 1
 EXTEND_INT2_BLOCK_M = 64
 EXTEND_INT2_BLOCK_N = 128

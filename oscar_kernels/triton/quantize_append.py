@@ -32,7 +32,7 @@ rotation as a broadcast product and sum (latency of one program, not throughput)
 as the grid has at most ``TOKEN_PROGRAMS_PER_SM`` programs per SM; up to
 ``WIDE_TILE_PROGRAMS_PER_SM`` per SM each program takes ``R`` in one tile of up to 128 rows
 (all of its loads in flight at once, one cross-warp reduction; 128 registers a thread),
-otherwise 16 rows at a time (:func:`append_plan`). Measured on an H200 (session 24,
+otherwise 16 rows at a time (:func:`append_plan`). Measured on an H200 (
 perf/results/2026-12-02_h200_s24_append_probe_*.txt, 8 KV heads, head_dim 128, per-head
 rotations, cold L2, CUDA-graph replays): one-token programs with 128-row tiles 8.5 / 9.3 /
 10.7 us at 1 / 8 / 16 new tokens (16-row tiles: 11.4 / 12.1 / 12.7); at 32 the 16-row
