@@ -181,6 +181,10 @@ def main(argv=None) -> int:
     ap.add_argument("--int2-paths", default="",
                     help="also time these INT2-part paths: dense,kernel,one")
     ap.add_argument("--out", default=None, help="folder for the json / md results")
+    ap.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE",
+                    help="launch constants of oscar_kernels.triton.paged_extend to try, "
+                         "e.g. EXTEND_PART_BLOCK_M=64")
+    ap.add_argument("--no-baselines", action="store_true", help="time the INT2 op only")
     a = ap.parse_args(argv)
     if a.fi_site:
         sys.path.insert(0, a.fi_site)
@@ -190,6 +194,12 @@ def main(argv=None) -> int:
     from oscar_kernels.triton import paged_extend as pe
     from perf.harness import env_header, markdown_table, write_results
 
+    for item in a.set:
+        name, _, val = item.partition("=")
+        if not hasattr(pe, name):
+            ap.error(f"--set: oscar_kernels.triton.paged_extend has no {name}")
+        setattr(pe, name, type(getattr(pe, name))(val) if not isinstance(getattr(pe, name), str)
+                else val)
     cases = CASES if not a.cases else [tuple(int(x) for x in c.split(":"))
                                        for c in a.cases.split(",")]
     paths = [p for p in a.int2_paths.split(",") if p]
@@ -209,9 +219,12 @@ def main(argv=None) -> int:
             row[f"int2_{p}_ms"], _ = _time(lambda: int2_call(batch, prefix, chunk), False, a.rep)
             for k, val in saved.items():
                 setattr(pe, k, val)
-        row["cudnn_bf16_ms"], e1 = _time(lambda: cudnn_call(batch, prefix, chunk), True, a.rep)
-        row["flash_bf16_ms"], e2 = _time(lambda: flash_call(batch, prefix, chunk), True, a.rep)
-        row["flashinfer_bf16_ms"], e3 = ((None, "no --fi-site") if not a.fi_site else
+        skip = (None, "not timed")
+        row["cudnn_bf16_ms"], e1 = (skip if a.no_baselines else
+                                    _time(lambda: cudnn_call(batch, prefix, chunk), True, a.rep))
+        row["flash_bf16_ms"], e2 = (skip if a.no_baselines else
+                                    _time(lambda: flash_call(batch, prefix, chunk), True, a.rep))
+        row["flashinfer_bf16_ms"], e3 = ((None, "no --fi-site") if not a.fi_site or a.no_baselines else
                                          _time(lambda: flashinfer_call(batch, prefix, chunk),
                                                True, a.rep))
         for key, e in (("cudnn_error", e1), ("flash_error", e2), ("flashinfer_error", e3)):
