@@ -72,7 +72,8 @@ def get_batch_indices_positions(append_indptr: torch.Tensor, seq_lens: torch.Ten
     Returns
     -------
     ``(batch_indices, positions)``, int32 ``[nnz]``: token ``i`` of sequence ``b`` (counted
-    from ``append_indptr[b]``) sits at ``seq_lens[b] - (append_indptr[b+1] - append_indptr[b]) + i``.
+    from ``append_indptr[b]``) sits at the absolute position
+    ``seq_lens[b] - (append_indptr[b+1] - append_indptr[b]) + i`` of its sequence.
 
     Example
     -------

@@ -166,8 +166,9 @@ def _around_calculate_pool_sizes(original, self, available_bytes, page_size, *ar
              "%d BF16 window slots (%d B, %d spares for decode graphs up to batch %d), sink "
              "store %d B (before SGLang's --max-total-tokens / --max-running-requests caps, "
              "if given; the pool is logged when built)", available_bytes,
-             plan.max_total_num_tokens, plan.page_bytes, plan.max_running_requests, plan.window_slots, plan.window_bytes,
-             max(plan.graph_max_bs - 1, 0), plan.graph_max_bs, plan.sink_store_bytes)
+             plan.max_total_num_tokens, plan.page_bytes, plan.max_running_requests,
+             plan.window_slots, plan.window_bytes, max(plan.graph_max_bs - 1, 0),
+             plan.graph_max_bs, plan.sink_store_bytes)
     # SGLang divides the budget by the cell size: hand it exactly the planned tokens' pages
     return original(self, plan.max_total_num_tokens * self._cell_size + overhead, page_size,
                     *args, **kwargs)
