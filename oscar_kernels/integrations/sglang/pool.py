@@ -59,8 +59,8 @@ class OscarInt2TokenToKVPool(KVCache):
     def __init__(self, size: int, page_size: int, dtype: torch.dtype, head_num: int,
                  head_dim: int, layer_num: int, device: str, enable_memory_saver: bool, *,
                  rotations, config: OscarConfig, state: PluginState,
-                 start_layer: int | None = None,
-                 end_layer: int | None = None, num_window_slots: int = 1, **_ignored):
+                 start_layer: int | None = None, end_layer: int | None = None,
+                 num_window_slots: int = 1, **_ignored):
         super().__init__(size, page_size, dtype, layer_num, device, enable_memory_saver,
                          start_layer, end_layer)
         self.head_num, self.head_dim = head_num, head_dim
@@ -69,7 +69,7 @@ class OscarInt2TokenToKVPool(KVCache):
         self.spec = CacheSpec(num_kv_heads=head_num, head_dim=head_dim, page_size=page_size,
                               group_size=config.group_size, sink_size=config.sink_size,
                               recent_size=config.recent_size)
-        self.num_pages = (size + page_size) // page_size + 1
+        self.num_pages = (size + page_size) // page_size + 1  # memory_plan.int2_pool_pages
         self.rotations = rotations
         self.layers = [Int2PagedKVCache.allocate(self.spec, self.num_pages, num_window_slots,
                                                  device=device)
