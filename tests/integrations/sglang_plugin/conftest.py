@@ -1,4 +1,9 @@
-"""Fixtures of the SGLang plugin tests."""
+"""Fixtures of the tests of ``oscar_kernels/integrations/sglang/`` (one test file per module).
+
+The folder is not named ``sglang``: pytest puts ``tests/integrations`` on ``sys.path``, where
+a ``sglang`` folder would be imported as the ``sglang`` package when SGLang is not installed
+(and ``pytest.importorskip("sglang")`` would not skip).
+"""
 
 from __future__ import annotations
 
