@@ -23,6 +23,7 @@ import torch
 
 from .cache import Int2PagedKVCache
 from .errors import BackendUnavailableError, UnsupportedConfigError, expect
+from .page import get_batch_indices_positions  # noqa: F401  (re-exported)
 from .rotation import LayerRotation
 from .spec import seq_lens_from_page_table
 
@@ -369,17 +370,3 @@ def paged_extend_attention(q: torch.Tensor, append_key: torch.Tensor,
                 float(rotation.v_clip), scale, out=out)
     return _finish(o, lse, out, q.dtype, return_lse)
 
-
-def get_batch_indices_positions(append_indptr: torch.Tensor, seq_lens: torch.Tensor,
-                                nnz: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """FlashInfer's helper: per new token, its sequence and position.
-
-    ``append_indptr [batch_size + 1]`` counts new tokens per sequence and ``seq_lens
-    [batch_size]`` are lengths *after* the append; returns int32 ``[nnz]`` tensors.
-    """
-    ap = append_indptr.long()
-    counts = ap[1:] - ap[:-1]
-    b = torch.repeat_interleave(torch.arange(counts.shape[0], device=ap.device), counts,
-                                output_size=nnz)
-    pos = torch.arange(nnz, device=ap.device) - ap[b] + (seq_lens.long() - counts)[b]
-    return b.to(torch.int32), pos.to(torch.int32)

@@ -1,6 +1,7 @@
 """Thin adapters over :mod:`oscar_kernels.ops`: FlashInfer-shaped plan/run wrappers, the
-SGLang plugin (``oscar_kernels.integrations.sglang``, loaded by SGLang's
-``sglang.srt.plugins`` entry point) and the transformers cache.
+SGLang plugin (the ``oscar_kernels.integrations.sglang`` package, loaded by SGLang's
+``sglang.srt.plugins`` entry point), the transformers cache and tensor-parallel head
+sharding.
 
 Names load lazily so importing this package needs only torch (docs/integrations.md).
 """
@@ -13,8 +14,8 @@ _LAZY = {
     "Int2BatchDecodeWithPagedKVCacheWrapper": "oscar_kernels.integrations.flashinfer",
     "Int2BatchPrefillWithPagedKVCacheWrapper": "oscar_kernels.integrations.flashinfer",
     "append_paged_kv_cache": "oscar_kernels.integrations.flashinfer",
-    "get_batch_indices_positions": "oscar_kernels.integrations.flashinfer",
-    "get_seq_lens": "oscar_kernels.integrations.flashinfer",
+    "get_batch_indices_positions": "oscar_kernels.page",
+    "get_seq_lens": "oscar_kernels.page",
 }
 _SUBMODULES = {"flashinfer", "sglang", "transformers", "tp"}
 

@@ -1,211 +1,31 @@
-"""SGLang classes of the INT2 plugin: the KV pool and the attention backend.
+"""The INT2 attention backend of SGLang: decode and extend over the INT2 pool.
 
-Imported only inside SGLang processes (it subclasses SGLang's ``KVCache`` and
-``AttentionBackend``); the hooks that install them are in ``sglang.py``.
-
-* :class:`OscarInt2TokenToKVPool` holds one :class:`~oscar_kernels.cache.Int2PagedKVCache`
-  per local layer. SGLang's token slots map to pages of ``page_size`` slots (``--page-size``,
-  1 by default): slot ``s`` is page ``s // page_size``, row ``s % page_size``. Window slots
-  are SGLang's request rows (``req_pool_indices``), plus spare slots for CUDA-graph padding,
-  all allocated with the pool as planned (``sglang.int2_memory_plan``); the backend only
-  checks that they suffice and never allocates window memory.
-* :class:`OscarInt2AttnBackend` plans the FlashInfer-shaped wrappers once per forward
-  (page table from ``req_to_token``) and runs them per layer with that layer's cache and
-  rotation: extend = :class:`Int2BatchPrefillWithPagedKVCacheWrapper` (writes the chunk,
-  causal attention), decode = :func:`append_paged_kv_cache` of the new token + the decode
-  wrapper. A request row that SGLang has just assigned and that starts on a cached prefix
-  (cut by the plugin so its last ``recent_size`` tokens are recomputed) gets its sinks from
-  the pool's sink store and its older ring rows rebuilt from pages before its first extend.
+:class:`OscarInt2AttnBackend` subclasses SGLang's ``AttentionBackend`` (this module imports
+SGLang). It plans the FlashInfer-shaped wrappers once per forward (page table from
+``req_to_token``) and runs them per layer with that layer's cache and rotation: extend =
+:class:`~oscar_kernels.integrations.flashinfer.Int2BatchPrefillWithPagedKVCacheWrapper`
+(writes the chunk, causal attention), decode =
+:func:`~oscar_kernels.integrations.flashinfer.append_paged_kv_cache` of the new token + the
+decode wrapper. A request row that SGLang has just assigned and that starts on a cached
+prefix (cut by the prefix-match hook so its last ``recent_size`` tokens are recomputed) gets
+its sinks from the pool's sink store and its older ring rows rebuilt from pages before its
+first extend.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 
 import torch
 from sglang.srt.layers.attention.base_attn_backend import AttentionBackend
-from sglang.srt.mem_cache.memory_pool import KVCache
 
-from ..cache import Int2PagedKVCache
-from ..errors import UnsupportedConfigError
-from ..rotation import ModelFingerprint
-from ..spec import CacheSpec
-from .flashinfer import (Int2BatchDecodeWithPagedKVCacheWrapper,
-                         Int2BatchPrefillWithPagedKVCacheWrapper, append_paged_kv_cache)
-from .sglang import (OscarConfig, check_model, load_rotation_artifact,
-                     page_table_from_req_to_token, planned_window_slots, rank_rotations,
-                     rebuild_window_from_pages)
+from ...errors import UnsupportedConfigError
+from ..flashinfer import (Int2BatchDecodeWithPagedKVCacheWrapper,
+                          Int2BatchPrefillWithPagedKVCacheWrapper, append_paged_kv_cache)
+from .pages import page_table_from_req_to_token, rebuild_window_from_pages
+from .pool import OscarInt2TokenToKVPool
 
 log = logging.getLogger(__name__)
-
-#: Request rows assigned since their last forward (their window slot holds stale rows).
-_FRESH_ROWS: set[int] = set()
-#: Sink key (first sink_size token ids, extra key) of each request row.
-_ROW_SINK_KEY: dict[int, str | None] = {}
-#: The INT2 pool of this process (the scheduler's prefix-match hook asks it about sinks).
-_ACTIVE_POOL: list = []
-
-
-def mark_fresh_rows(rows) -> None:
-    """Called by the ``ReqToTokenPool.alloc_rows`` hook with newly assigned rows."""
-    _FRESH_ROWS.update(int(r) for r in rows)
-
-
-def set_row_sink_key(row: int, key: str | None) -> None:
-    """Called by the ``ReqToTokenPool.alloc`` hook: the sink key of a request row."""
-    _ROW_SINK_KEY[int(row)] = key
-
-
-def has_sink_entry(key: str | None) -> bool:
-    return bool(_ACTIVE_POOL) and key is not None and key in _ACTIVE_POOL[-1].sink_index
-
-
-def page_size_of_active_pool() -> int:
-    return _ACTIVE_POOL[-1].page_size if _ACTIVE_POOL else 1
-
-
-class OscarInt2TokenToKVPool(KVCache):
-    """SGLang KV pool storing the INT2 format (docs/format.md): one cache per layer.
-
-    Parameters
-    ----------
-    size, page_size, layer_num, device, enable_memory_saver, start_layer, end_layer
-        As SGLang's ``MHATokenToKVPool``.
-    head_num, head_dim : int
-        This TP rank's KV heads and the head dim.
-    rotations : list[LayerRotation]
-        This rank's rotations for layers ``start_layer..end_layer`` (already sharded).
-    config : OscarConfig
-    num_window_slots : int
-        BF16 window slots of every layer (``sglang.planned_window_slots``: request rows,
-        padding row, CUDA-graph spares); fixed for the pool's lifetime.
-    dtype : torch.dtype
-        The model dtype (what ``get_key_buffer`` users would expect; INT2 has no such buffer).
-    """
-
-    def __init__(self, size: int, page_size: int, dtype: torch.dtype, head_num: int,
-                 head_dim: int, layer_num: int, device: str, enable_memory_saver: bool, *,
-                 rotations, config: OscarConfig, start_layer: int | None = None,
-                 end_layer: int | None = None, num_window_slots: int = 1, **_ignored):
-        super().__init__(size, page_size, dtype, layer_num, device, enable_memory_saver,
-                         start_layer, end_layer)
-        self.head_num, self.head_dim = head_num, head_dim
-        self.config = config
-        self.spec = CacheSpec(num_kv_heads=head_num, head_dim=head_dim, page_size=page_size,
-                              group_size=config.group_size, sink_size=config.sink_size,
-                              recent_size=config.recent_size)
-        self.num_pages = (size + page_size) // page_size + 1
-        self.rotations = rotations
-        self.layers = [Int2PagedKVCache.allocate(self.spec, self.num_pages, num_window_slots,
-                                                 device=device)
-                       for _ in range(self.end_layer - self.start_layer + 1)]
-        # sink store: BF16 rows [0, S) per distinct first-S-token prefix (LRU), per layer;
-        # its bytes (sglang.int2_sink_store_bytes) are taken out of SGLang's KV budget
-        e, s_ = config.sink_entries, config.sink_size
-        shape = (e, s_, head_num, head_dim)
-        self.sink_store = [(torch.empty(shape, dtype=torch.bfloat16, device=device),
-                            torch.empty(shape, dtype=torch.bfloat16, device=device))
-                           for _ in self.layers]
-        self.sink_index: OrderedDict[str, int] = OrderedDict()
-        self._finalize_allocation_log(size)
-        _ACTIVE_POOL.append(self)
-
-    # ------------------------------------------------------------ sink store
-    def sink_lookup(self, key: str | None) -> int | None:
-        if key is None or key not in self.sink_index:
-            return None
-        self.sink_index.move_to_end(key)
-        return self.sink_index[key]
-
-    def sink_assign(self, key: str | None) -> int | None:
-        """Entry for ``key`` (reused, or the least recently used one evicted)."""
-        if key is None or self.config.sink_size == 0 or self.config.sink_entries == 0:
-            return None
-        if key in self.sink_index:
-            return self.sink_lookup(key)
-        if len(self.sink_index) < self.config.sink_entries:
-            entry = len(self.sink_index)
-        else:
-            _, entry = self.sink_index.popitem(last=False)
-        self.sink_index[key] = entry
-        return entry
-
-    # -------------------------------------------------------------- accessors
-    def layer_cache(self, layer_id: int) -> Int2PagedKVCache:
-        return self.layers[layer_id - self.start_layer]
-
-    def layer_rotation(self, layer_id: int):
-        return self.rotations[layer_id - self.start_layer]
-
-    @property
-    def num_window_slots(self) -> int:
-        return self.layers[0].num_window_slots
-
-    def get_kv_size_bytes(self):
-        k = sum(c.k_codes.nbytes + c.k_params.nbytes + c.k_window.nbytes + sk.nbytes
-                for c, (sk, _) in zip(self.layers, self.sink_store))
-        v = sum(c.v_codes.nbytes + c.v_params.nbytes + c.v_window.nbytes + sv.nbytes
-                for c, (_, sv) in zip(self.layers, self.sink_store))
-        return k, v
-
-    def _unsupported(self, what: str):
-        raise UnsupportedConfigError(f"OscarInt2TokenToKVPool.{what}: the INT2 pool has no "
-                                     "BF16 K/V buffer; only OscarInt2AttnBackend reads it")
-
-    def get_key_buffer(self, layer_id: int):
-        self._unsupported("get_key_buffer")
-
-    def get_value_buffer(self, layer_id: int):
-        self._unsupported("get_value_buffer")
-
-    def get_kv_buffer(self, layer_id: int):
-        self._unsupported("get_kv_buffer")
-
-    def set_kv_buffer(self, layer, loc, cache_k, cache_v, *args, **kwargs):
-        self._unsupported("set_kv_buffer (writes need each token's sequence position; "
-                          "the attention backend writes)")
-
-
-def build_int2_pool(configurator, *, max_total_num_tokens: int, mha_pool_class=None,
-                    quant_method=None, **_):
-    """Replacement of ``KVCacheConfigurator._build_mha_kv_pool`` under ``int2``."""
-    from sglang.srt.runtime_context import get_parallel
-
-    mc = configurator.model_config
-    if getattr(configurator, "post_capture_kv_active", False):
-        # SGLang would re-plan the pool from the free memory after CUDA-graph capture, with
-        # this pool's sink store already allocated (counted twice) and no VMM backing here.
-        raise UnsupportedConfigError("--kv-cache-dtype int2 does not support post-capture KV "
-                                     "sizing (SGLANG_ENABLE_POST_CAPTURE_KV_SIZING=1): the "
-                                     "INT2 pool is allocated at its planned size")
-    check_model(use_mla=bool(getattr(configurator, "use_mla_backend", False))
-                or str(getattr(mc, "attention_arch", "")).endswith("MLA"),
-                head_dim=mc.head_dim, v_head_dim=getattr(mc, "v_head_dim", None),
-                architecture=str(getattr(mc.hf_config, "architectures", "")))
-    par = get_parallel()
-    tp_size, tp_rank = par.attn_tp_size, par.attn_tp_rank
-    config = OscarConfig.from_env()
-    fp = ModelFingerprint(num_layers=mc.num_hidden_layers,
-                          num_kv_heads=mc.get_total_num_kv_heads(),
-                          num_qo_heads=mc.num_attention_heads, head_dim=mc.head_dim)
-    artifact = load_rotation_artifact(config.rotation_path, fp)
-    li = configurator.layer_info  # SGLang's [start_layer, end_layer) of this runner
-    first, last = li.start_layer, li.start_layer + li.num_effective_layers - 1
-    rotations = rank_rotations(artifact, tp_rank=tp_rank, tp_size=tp_size, start_layer=first,
-                               end_layer=last, device=configurator.device)
-    head_num = mc.get_num_kv_heads(tp_size)
-    slots = planned_window_slots(configurator.device)
-    log.info("oscar int2: pool for layers %d..%d, %d KV heads (rank %d/%d), page_size %d, "
-             "artifact %s (%s)", first, last, head_num, tp_rank, tp_size,
-             configurator.pool_page_size, config.rotation_path, artifact.method)
-    log.info("oscar int2: %d BF16 window slots per layer (request rows, padding row, "
-             "CUDA-graph spares)", slots)
-    return OscarInt2TokenToKVPool(
-        max_total_num_tokens, configurator.pool_page_size, configurator.kv_cache_dtype,
-        head_num, mc.head_dim, li.num_effective_layers, configurator.device, False,
-        rotations=rotations, config=config, start_layer=first, end_layer=last,
-        num_window_slots=slots)
 
 
 class OscarInt2AttnBackend(AttentionBackend):
@@ -219,6 +39,7 @@ class OscarInt2AttnBackend(AttentionBackend):
                 f"OscarInt2AttnBackend needs the INT2 pool, got {type(pool).__name__} "
                 "(hybrid/SWA/unified pools are not supported with --kv-cache-dtype int2)")
         self.pool = pool
+        self.state = pool.state
         self.device = torch.device(model_runner.device)
         self.req_to_token_pool = model_runner.req_to_token_pool
         self.page_size = pool.page_size
@@ -298,8 +119,8 @@ class OscarInt2AttnBackend(AttentionBackend):
             ip = kv_indptr.cpu()
             s_ = spec.sink_size
             for b, row in enumerate(rows_cpu.tolist()):
-                p, n, key = int(pre[b]), int(lens_cpu[b]), _ROW_SINK_KEY.get(int(row))
-                if int(row) in _FRESH_ROWS and p > 0:
+                p, n, key = int(pre[b]), int(lens_cpu[b]), self.state.row_sink_key(row)
+                if self.state.is_fresh(row) and p > 0:
                     # a new request on a cached prefix: its slot holds another request's rows
                     npages = -(-p // self.page_size)
                     rebuild.append((int(slots[b]), p, self.pool.sink_lookup(key),
@@ -309,8 +130,7 @@ class OscarInt2AttnBackend(AttentionBackend):
                     if entry is not None:
                         store.append((int(slots[b]), entry))
             meta["rebuild"], meta["store"] = rebuild, store
-        for row in rows_cpu.tolist():
-            _FRESH_ROWS.discard(int(row))
+        self.state.clear_fresh(rows_cpu.tolist())
         return meta
 
     def init_forward_metadata(self, forward_batch):
@@ -437,7 +257,3 @@ def _rank_qo_heads(model_runner, pool) -> int:
     from sglang.srt.runtime_context import get_parallel
 
     return model_runner.model_config.get_num_attention_heads(get_parallel().attn_tp_size)
-
-
-__all__ = ["OscarInt2TokenToKVPool", "OscarInt2AttnBackend", "build_int2_pool",
-           "mark_fresh_rows"]
