@@ -76,8 +76,12 @@ BACKENDS = ["reference", "triton"] + (["cute"] if DEV == "cuda" else [])
 
 
 @pytest.mark.parametrize("layout", ["NHD", "HND"])
-@pytest.mark.parametrize("backend", ["reference", "triton"])
-def test_extend_writes_only_its_chunk(layout, backend):
+@pytest.mark.parametrize("backend", ["reference", "triton", "triton-dense"])
+def test_extend_writes_only_its_chunk(layout, backend, monkeypatch):
+    if backend == "triton-dense":          # the INT2 part as dequantize + dense attention
+        from oscar_kernels.triton import paged_extend as pe
+        monkeypatch.setattr(pe, "EXTEND_INT2_DENSE", True)
+        backend = "triton"
     lens, chunks = [30, 9, 21], [11, 9, 1]        # a chunk over the ring, a whole prompt, one token
     prefix = [n - c for n, c in zip(lens, chunks)]
     spec, case = _case(layout, lens, prefix)
