@@ -26,8 +26,9 @@ from oscar_kernels.cute.config import PAIR_MAX_GROUP
 
 def plan_kwargs(plan: str, group: int, head_dim: int = 128) -> dict:
     """:func:`oscar_kernels.cute.launch.decode` overrides of a plan string: ``auto``, or
-    ``WARPS:SPLITS`` with optional ``:mc`` (wide pair calls, GQA <= 4: the merge-CTA build forced on, else off) and ``:r4``
-    (pair calls at head_dim 128: the 4-deep ring build forced on, else off)."""
+    ``WARPS:SPLITS`` with optional ``:mc`` (wide pair calls, GQA <= 4: the merge-CTA build
+    forced on, else off) and ``:r4`` (pair calls at head_dim 128: the 4-deep ring build
+    forced on, else off)."""
     if plan in ("auto", "shapes"):
         return {}
     parts = plan.split(":")

@@ -180,33 +180,7 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
         merged = torch.zeros_like(merged)
     row["merge tail (last CTA)"] = _stats(tail[merged & ~torch.isnan(tail)])
     row["end"] = _stats(t[:, 6])
-    # inside the merge tail (stamps 8-10 of the CTAs that merged): first row block and the
-    # split weights in, every block summed, B fragments of o', then R_V^T and the stores
-    mt = slots16[:, 8:11].double()
-    mt = torch.where(slots16[:, 8:11] == 0, torch.full_like(mt, float("nan")), mt)
-    mt = (mt - slots[:, 0].double().min()) / 1e3
-    has = ~torch.isnan(mt[:, 0])
-    if int(has.sum()) and not merge_ctas:
-        edges = torch.cat([t[has, 5:6], mt[has], t[has, 6:7]], dim=1)
-        for k, name in enumerate(("tail: fence, first rows, weights", "tail: other rows, sums",
-                                  "tail: o' B fragments", "tail: R_V^T, stores, ticket reset")):
-            row[name] = _stats(edges[:, k + 1] - edges[:, k])
-    row["per CTA tail stamps us"] = [[None if x != x else round(float(x), 2) for x in r]
-                                     for r in mt]
-    if merge_ctas:
-        # the merge-CTA build: no split merges; the merge CTA of (b, h) stamps 8-10 into
-        # the slot of split splits - 1. From the last split's count (the latest stamp 5 of
-        # the pair's splits) to the merge CTA's rows + weights, sums and o' fragments
-        last_count = t[:, 5].view(-1, splits).nan_to_num(float("-inf")).max(dim=1).values
-        mc = mt.view(-1, splits, 3)[:, splits - 1]
-        ok = ~torch.isnan(mc).any(dim=1)
-        if int(ok.sum()):
-            edges = torch.cat([last_count[ok, None], mc[ok]], dim=1)
-            for k, name in enumerate(("merge CTA: count seen, rows, weights",
-                                      "merge CTA: sums", "merge CTA: o' B fragments")):
-                row[name] = _stats(edges[:, k + 1] - edges[:, k])
-            row["merge CTA: last count"] = _stats(last_count[ok])
-            row["merge CTA: o' fragments done"] = _stats(mc[ok, 2])
+    _merge_tail_rows(row, t, slots, slots16, splits, merge_ctas)
     # --debug trace,clk builds: %clock64 at the INT2 loop's start and end (slots
     # 11, 12): the SM clock over each CTA's loop (cycles / globaltimer ns)
     if clock:
@@ -256,6 +230,37 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
             splits if merge_ctas else RANK_MAX_SPLITS)))
         row["per warp stamps us"] = [[[round(float(x), 2) for x in w] for w in c] for c in tw]
     return row
+
+
+def _merge_tail_rows(row: dict, t, slots, slots16, splits: int, merge_ctas: bool) -> None:
+    """Rows of the merge tail's stamps 8-10 (the CTAs that merged, or the merge CTAs)."""
+    # inside the merge tail (stamps 8-10 of the CTAs that merged): first row block and the
+    # split weights in, every block summed, B fragments of o', then R_V^T and the stores
+    mt = slots16[:, 8:11].double()
+    mt = torch.where(slots16[:, 8:11] == 0, torch.full_like(mt, float("nan")), mt)
+    mt = (mt - slots[:, 0].double().min()) / 1e3
+    has = ~torch.isnan(mt[:, 0])
+    if int(has.sum()) and not merge_ctas:
+        edges = torch.cat([t[has, 5:6], mt[has], t[has, 6:7]], dim=1)
+        for k, name in enumerate(("tail: fence, first rows, weights", "tail: other rows, sums",
+                                  "tail: o' B fragments", "tail: R_V^T, stores, ticket reset")):
+            row[name] = _stats(edges[:, k + 1] - edges[:, k])
+    row["per CTA tail stamps us"] = [[None if x != x else round(float(x), 2) for x in r]
+                                     for r in mt]
+    if merge_ctas:
+        # the merge-CTA build: no split merges; the merge CTA of (b, h) stamps 8-10 into
+        # the slot of split splits - 1. From the last split's count (the latest stamp 5 of
+        # the pair's splits) to the merge CTA's rows + weights, sums and o' fragments
+        last_count = t[:, 5].view(-1, splits).nan_to_num(float("-inf")).max(dim=1).values
+        mc = mt.view(-1, splits, 3)[:, splits - 1]
+        ok = ~torch.isnan(mc).any(dim=1)
+        if int(ok.sum()):
+            edges = torch.cat([last_count[ok, None], mc[ok]], dim=1)
+            for k, name in enumerate(("merge CTA: count seen, rows, weights",
+                                      "merge CTA: sums", "merge CTA: o' B fragments")):
+                row[name] = _stats(edges[:, k + 1] - edges[:, k])
+            row["merge CTA: last count"] = _stats(last_count[ok])
+            row["merge CTA: o' fragments done"] = _stats(mc[ok, 2])
 
 
 def _dispatch_rank(batch: int, heads: int, splits: int, warps: int, nsm: int,

@@ -15,19 +15,19 @@ records the flags, ``--k-operands`` / ``--rank-weights`` measurement variants.
 For every static compile key (``head_dim`` in {64, 128}; GQA class; page sizes that are a
 multiple of 16 or any (``*_anypage``); at head_dim 128 also CTAs of 8 warps, and the wide
 pair build with merge CTAs, ``decode_pair_mc``; at head_dim 128 the pair kernel with a
-4-deep ring, ``decode_pair_ring4``, of 4 and 8 warps) it ``cute.compile``s the decode kernel (query rotation, attention, and for
-few splits the merge in one launch) and the separate split merge,
-``export_to_c`` (an object file embedding the sm_90a cubin), then links a ~40 KB shared
-library with a two-function C ABI::
+4-deep ring, ``decode_pair_ring4``, of 4 and 8 warps; the list is
+:func:`oscar_kernels.cute.bundle.build_options`) it ``cute.compile``s the decode kernel
+(query rotation, attention, and for few splits the merge in one launch) and the separate
+split merge, ``export_to_c`` (an object file embedding the sm_90a cubin), then links a
+~40 KB shared library against the DSL's ``libcuda_dialect_runtime_static.a`` and
+``libcudart.so.13`` (loaded by torch on the GPU machine) with a two-function C ABI::
 
     int <name>_load(void);                    /* cudaError_t of loading the module */
     int <name>_run(int64 x18, int32 x18, float, void *stream);          (decode)
     int <name>_run(int64 x4, int32 x7, void *stream);                   (merge)
 
-(the arguments of :data:`~oscar_kernels.cute.config.DECODE_PTR_ARGS` and the lists next
-to it)
-against the DSL's ``libcuda_dialect_runtime_static.a`` and ``libcudart.so.13`` (loaded by
-torch on the GPU machine). ``manifest.json`` lists the kernels; the package's loader
+(the arguments of :data:`~oscar_kernels.cute.config.DECODE_PTR_ARGS` and the lists next to
+it). ``manifest.json`` lists the kernels; the package's loader
 (:mod:`oscar_kernels.cute.bundle`) reads it. Nothing here imports torch.
 """
 
@@ -123,7 +123,6 @@ def build(out_dir: str, cuda_home: str, head_dims=HEAD_DIMS,
                 lib = _link(out_dir, name, cuda_home)
                 kernels[name] = {"op": op, "head_dim": d, "library": os.path.basename(lib),
                                  "arch": "sm_90a", "warps": c.warps}
-    import cutlass  # noqa: F401  (version for the manifest)
     from importlib.metadata import version
 
     manifest = {"bundle_format": BUNDLE_FORMAT, "cutlass_dsl": version("nvidia-cutlass-dsl"),

@@ -40,36 +40,37 @@ build (``warps=8``, head_dim 128) 8 warps per CTA (2 per SM) on a split-major gr
 (GQA 5-8) one. :mod:`oscar_kernels.cute.plan` picks the build and the split count from the
 shapes (never from lengths, so every launch is graph-capturable). Phases of a CTA:
 
-1. Prologue (:meth:`Int2PagedDecodeSm90._prologue`): L2 prefetch of ``R_K[h]`` and
+1. Setup and prologue (``_setup``, ``_ring_prologue``): L2 prefetch of ``R_K[h]`` and
    ``R_V[h]`` from split 0; the loads of the query rotation and of the sequence geometry;
    the page-id block; ``q'^T = R_K^T q^T`` on the tensor cores (bf16 into shared memory);
    the first ``stages - 2`` chunks of the cp.async ring (:mod:`.decode_ring`,
    :mod:`.decode_rotation`).
-2. Work split (:meth:`Int2PagedDecodeSm90._warp_range`): warp ``w`` of split ``s`` owns a
-   contiguous range of 16-token INT2 chunks plus every ``warps * num_splits``-th BF16
-   window chunk, balanced by bytes (a window chunk counts ``WINDOW_CHUNK_COST`` INT2
-   chunks); in the wide build's single non-full wave, splits whose CTA is the first on its
-   SM take ``RANK0_WEIGHT / RANK_WEIGHT`` the work.
-3. INT2 loop (:meth:`Int2PagedDecodeSm90._int2_loop`, :mod:`.decode_chunk`): two chunks
-   per iteration, one commit / wait / ring bookkeeping per 32 tokens; chunks entirely
-   inside ``[sink, int2_end)`` take a path without position masks. The warp's first
-   window chunk runs before the loop, the rest after it (:mod:`.decode_window`).
-4. Combine (:meth:`Int2PagedDecodeSm90._combine`): the warps' partials through shared
-   memory into one normalized partial and base-2 lse per (sequence, head, split). 4-warp
-   builds with one split, or when the merge kernel runs next, apply ``R_V[h]^T`` right
-   there (one split then stores ``o`` and lse directly).
-5. Split merge (:mod:`.decode_tail`): with ``num_splits * group <= FUSED_TAIL_ROWS`` the
-   last CTA of each (sequence, KV head), by atomic ticket, merges the partials, applies
-   ``R_V[h]^T`` and stores ``o``; above that :class:`~oscar_kernels.cute.merge_sm90.
-   Int2DecodeMergeSm90` runs as a second launch.
+2. Work split (``_warp_range``): warp ``w`` of split ``s`` owns a contiguous range of
+   16-token INT2 chunks plus every ``warps * num_splits``-th BF16 window chunk, balanced by
+   bytes (a window chunk counts ``WINDOW_CHUNK_COST`` INT2 chunks); in the wide build's
+   single non-full wave, splits whose CTA is the first on its SM take ``RANK0_WEIGHT /
+   RANK_WEIGHT`` the work.
+3. INT2 loop (``_query_setup``, ``_int2_loop``, :mod:`.decode_chunk`): two chunks per
+   iteration, one commit / wait / ring bookkeeping per 32 tokens; chunks entirely inside
+   ``[sink, int2_end)`` take a path without position masks. The warp's first window chunk
+   runs before the loop, the rest after it (:mod:`.decode_window`).
+4. Combine (``_finish_warp``, ``_combine``, :mod:`.decode_tail`): the warps' partials
+   through shared memory into one normalized partial and base-2 lse per (sequence, head,
+   split). 4-warp builds with one split, or when the merge kernel runs next, apply
+   ``R_V[h]^T`` right there (one split then stores ``o`` and lse directly).
+5. Split merge (``_split_merge``, :mod:`.decode_tail`): with ``num_splits * group <=
+   FUSED_TAIL_ROWS`` the last CTA of each (sequence, KV head), by atomic ticket, merges the
+   partials, applies ``R_V[h]^T`` and stores ``o``; above that
+   :class:`~oscar_kernels.cute.merge_sm90.Int2DecodeMergeSm90` runs as a second launch.
 
 Why these warp roles and tiles
 ------------------------------
 The kernel is SM-bound, not memory-bound: Nsight Compute (``perf/ncu_stalls.py``,
 ``decode_pair``, qwen3-8b batch 128 at 128K, HND) shows issue slots 63 % busy, the integer
-ALU pipe at 61 % of peak, tensor 33 %, DRAM 77 %; so every choice below trades
-instructions per 16-token chunk (``perf/sass_report.py``: 137 SASS per chunk and warp for
-``decode_pair`` at head_dim 128, 165 for ``decode``) for bytes in flight.
+ALU pipe at 61 % of peak, tensor 33 %, DRAM 77 %; so the choices below are about the
+instructions one warp issues per 16-token chunk (``perf/sass_report.py``: 137 SASS per
+chunk on the fast path of ``decode_pair`` at head_dim 128, 165 for ``decode``) while
+enough chunks stay in flight.
 
 * Every warp is its own producer and consumer: ``cp.async`` of whole chunks into a private
   ring (8 stages, 36 KB per CTA at head_dim 128; 4 for the builds in
@@ -121,9 +122,8 @@ flags the kernels are byte-identical to a build without the switches.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import os
+from types import SimpleNamespace
 
 import cuda.bindings.driver as cuda
 import cutlass
@@ -131,18 +131,18 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64
 
 from .config import (CHUNK, CTA_WARPS, DECODE_INT_ARGS, DECODE_PTR_ARGS, FUSED_TAIL_ROWS,
-                     Int2DecodeConfig, MAX_GROUP, PAIR_ROW, P_TILE, QK_S8_HEAD_DIM,
-                     RANK0_WEIGHT, RANK_MAX_SPLITS, RANK_MIN_CHUNKS, RANK_WEIGHT, SM_WARPS,
-                     TAIL_ROWS, TRACE_OFFSET, TRACE_WARP_OFFSET, WINDOW_CHUNK_COST,
+                     MAX_GROUP, P_TILE, PAIR_ROW, QK_S8_HEAD_DIM, RANK0_WEIGHT,
+                     RANK_MAX_SPLITS, RANK_MIN_CHUNKS, RANK_WEIGHT, SM_WARPS, TAIL_ROWS,
+                     TRACE_OFFSET, TRACE_WARP_OFFSET, WINDOW_CHUNK_COST, Int2DecodeConfig,
                      k_operand_form)
-from .ptx import (FLT_MIN, M_INIT, SUBNORMAL, _cp_commit, _cp_wait, _f32_bits, _fmax, _i2f,
-                  _ldg_s32, _prefetch_l2, _ptx, _rcp, _rcp_exact, _shfl_bfly, _shfl_idx,
-                  _sts_i32, _syncwarp)
 from .decode_chunk import DecodeChunk
 from .decode_ring import DecodeRing
 from .decode_rotation import DecodeRotation
 from .decode_tail import DecodeTail
 from .decode_window import DecodeWindow
+from .ptx import (FLT_MIN, M_INIT, SUBNORMAL, _cp_commit, _cp_wait, _f32_bits, _fmax, _i2f,
+                  _ldg_s32, _prefetch_l2, _ptx, _rcp, _rcp_exact, _shfl_bfly, _shfl_idx,
+                  _sts_i32, _syncwarp)
 
 
 class Int2PagedDecodeSm90(DecodeRing, DecodeRotation, DecodeChunk, DecodeWindow,
@@ -217,7 +217,7 @@ class Int2PagedDecodeSm90(DecodeRing, DecodeRotation, DecodeChunk, DecodeWindow,
         # the merge tail's per-split sums: unrolled by 8 in the wide pair build (batch 1
         # merges 16 splits x 4 heads there; its main loop's SASS is unchanged by it, which
         # perf/sass_report.py --dump-fast checks), left to the compiler (-1) elsewhere, where
-        # an explicit unroll moved the main loops (session 11, docs/cute.md)
+        # an explicit unroll moved the main loops
         self.tail_unroll = 8 if self.pair and self.nw == 8 else -1
         # 4-warp builds apply R_V^T in the combine when there is one split or the merge
         # kernel runs (see the combine); the wide builds never plan the merge kernel, and
@@ -230,7 +230,7 @@ class Int2PagedDecodeSm90(DecodeRing, DecodeRotation, DecodeChunk, DecodeWindow,
         self.combine_bytes = (MAX_GROUP + MAX_GROUP * d) * 4   # per warp: lse2[8], o[8][d]
         # partial rows per merge-tail round trip: the wide pair build stages 64 (qwen3-8b
         # batch 1: 16 splits x 4 heads in one; its main loop's SASS listing unchanged;
-        # batch 2-3 0.3-1 us faster, ..._s12_ab_t64_68ef28d.txt)
+        # batch 2-3 0.3-1 us faster with perf/ab.sh)
         self.tail_rows = 64 if self.pair and self.nw == 8 else TAIL_ROWS
         merge_bytes = (32 * self.nw + MAX_GROUP * d + self.tail_rows * d) * 4
         # the ring's shared memory, reused by the combine and the merge tail (the ring alone
@@ -445,9 +445,10 @@ class Int2PagedDecodeSm90(DecodeRing, DecodeRotation, DecodeChunk, DecodeWindow,
                 # others (long ranges only: at least RANK_MIN_CHUNKS per warp, where
                 # the measured gains were, and every warp still covers its window work)
                 # A full wave (every slot taken) is dispatched otherwise: on an H200 8 SMs
-                # get two of the first #SMs CTAs and 8 others two of the rest (session 22,
-                # traces), so its splits weigh the same (equal shares were 10-15 % faster
-                # there; with 258-262 CTAs the dispatch still matches L // #SMs).
+                # get two of the first #SMs CTAs and 8 others two of the rest (in the traces
+                # of perf/trace_decode.py), so its splits weigh the same (equal shares were
+                # 10-15 % faster there; with 258-262 CTAs the dispatch still matches
+                # L // #SMs).
                 npairs = num_kv_heads * cute.arch.grid_dim()[1]
                 nsm = cute.arch.nsmid()          # 132 on an H100 / H200 SXM
                 w0 = Int32(self.rank_weight)
@@ -517,7 +518,7 @@ class Int2PagedDecodeSm90(DecodeRing, DecodeRotation, DecodeChunk, DecodeWindow,
             if cutlass.const_expr(self.merge_ctas):
                 # the merge-CTA build (batch 1): the page ids stay in flight during the query
                 # rotation, chunk 0's row is formed after it (pt[0] holds its page id until
-                # then; session 16: qwen3-8b batch 1 0.4-0.5 us faster; the other builds'
+                # then: qwen3-8b batch 1 0.4-0.5 us faster; the other builds'
                 # llama3-70b-tp8 rows were up to 0.4 % slower that way)
                 pt[0] = pid0
             else:

@@ -39,6 +39,7 @@ from .config import (Int2DecodeConfig, MAX_SPLITS, MERGE_INT_ARGS, MERGE_PARTS,
 from .ptx import (NEG_INF, _ex2, _fmax, _ldg_f32, _lds_f32, _lg2, _rcp, _sel_f32,
                   _shfl_bfly, _stg_f32, _store_kind, _sts_f32)
 
+
 class Int2DecodeMergeSm90:
     """Merge the splits of :class:`Int2PagedDecodeSm90` and store in the output dtype: one
     CTA per (sequence, query head), ``MERGE_PARTS * head_dim`` threads (part ``p``, channel

@@ -451,8 +451,8 @@ def test_cute_decode_rank_weighted_shares_8_splits(batch, seeds, specials):
     """The plans at llama3-70b-tp8 batch 32 and 33 (1 KV head, GQA 8): 8 warps x 8 splits on
     the split-major grid. Batch 32: one wave of 256 CTAs, sequences from below
     RANK_MIN_CHUNKS per warp (equal shares) to far above it (rank-weighted); batch 33: 264
-    CTAs, every slot of 132 SMs taken, where the kernel gives every split the same share
-    (session 22). Each with an empty, a mid-length and a 70000-token sequence."""
+    CTAs, every slot of 132 SMs taken, where the kernel gives every split the same share.
+    Each with an empty, a mid-length and a 70000-token sequence."""
     from oscar_kernels.cute import plan as cute_plan
 
     assert cute_plan.plan(batch, 1, 132, 8, 128, True) == (8, 8)
