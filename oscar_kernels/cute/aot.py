@@ -7,8 +7,8 @@ Runs on a machine without a GPU (``CUTE_DSL_ARCH=sm_90a``), in an environment wi
     CUTE_DSL_ARCH=sm_90a python -m oscar_kernels.cute.aot build \\
         --out oscar_kernels/cute/prebuilt --cuda "$CUDA_HOME"
 
-(``python`` being the interpreter of that environment; ``--cuda`` defaults to
-``$CUDA_HOME``). ``--debug trace`` (or phase skips, see
+(``python`` being the interpreter of that environment, ``--cuda`` the toolkit's root).
+``--debug trace`` (or phase skips, see
 :data:`~oscar_kernels.cute.config.DEBUG_FLAGS`) builds a debug bundle whose manifest
 records the flags, ``--k-operands`` / ``--rank-weights`` measurement variants.
 
@@ -140,16 +140,13 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="compile the kernels into a prebuilt bundle")
     b.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "prebuilt"))
-    b.add_argument("--cuda", default=os.environ.get("CUDA_HOME"),
-                   help="CUDA 13 toolkit root (default: $CUDA_HOME)")
+    b.add_argument("--cuda", required=True, help="CUDA 13 toolkit root")
     b.add_argument("--head-dims", type=int, nargs="+", default=list(HEAD_DIMS))
     b.add_argument("--debug", default="",
                    help="comma-separated debug flags (config.DEBUG_FLAGS), e.g. trace,pro")
     b.add_argument("--k-operands", default=None, help="masked|unmasked|top for every build")
     b.add_argument("--rank-weights", default=None, help="W0/W: the wide build's split shares")
     a = ap.parse_args(argv)
-    if not a.cuda:
-        ap.error("--cuda: give the CUDA toolkit root (or set CUDA_HOME)")
     variant = {}
     if a.debug:
         variant["debug"] = frozenset(x for x in a.debug.split(",") if x)

@@ -141,3 +141,22 @@ def test_bundle_env_is_the_one_selector(monkeypatch, tmp_path):
     monkeypatch.delenv("OSCAR_CUTE_BUNDLE")
     assert bundle.mode() == ("jit" if bundle.cutlass_available() else "bundle")
     assert bundle.bundle_dir().endswith("prebuilt")
+
+
+def test_the_selector_is_the_only_environment_variable_read():
+    """The CuTe backend reads ``OSCAR_CUTE_BUNDLE`` and nothing else from the environment
+    (the DSL's ``CUTE_DSL_ARCH`` is only defaulted to sm_90a before compiling)."""
+    import os
+    import re
+
+    root = os.path.dirname(bundle.__file__)
+    reads = set()
+    for f in sorted(os.listdir(root)):
+        if f.endswith(".py"):
+            with open(os.path.join(root, f)) as fh:
+                src = fh.read()
+            reads |= {m.strip("'\"") for m in re.findall(
+                r"os\.environ(?:\.get|\.setdefault)?[\[(]\s*([\w\"']+)", src)}
+            assert "getenv" not in src, f
+    assert reads == {"BUNDLE_ENV", "CUTE_DSL_ARCH"}, reads
+    assert bundle.BUNDLE_ENV == "OSCAR_CUTE_BUNDLE"
