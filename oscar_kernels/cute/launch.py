@@ -101,13 +101,13 @@ def decode(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots, rot_
     ``q [batch_size, num_qo_heads, head_dim]``; returns ``(o, lse)``: ``o`` of q's dtype in
     the model's space (written into ``out`` when given), ``lse [batch_size, num_qo_heads]``
     float32 natural log. No host synchronization; every launch is graph-capturable.
-    ``warps`` / ``num_splits`` override :func:`plan` (tests, benchmarks); ``merge_ctas``
-    forces the merge-CTA build (:func:`use_merge_ctas`) on or off for wide pair calls,
-    ``ring4`` the 4-deep ring build (:func:`use_ring4`) for pair calls. ``max_kv_len``, the
-    longest sequence's length in tokens, is a plan hint (:func:`short_splits`,
-    :func:`use_ring4`): any value gives a correct result (another plan sums the splits in
-    another order: float rounding, within the tests' tolerance), so a graph captured with one
-    hint replays correctly at every length.
+    ``warps`` / ``num_splits`` override :func:`.plan.plan` (tests, benchmarks);
+    ``merge_ctas`` forces the merge-CTA build (:func:`.plan.use_merge_ctas`) on or off for
+    wide pair calls, ``ring4`` the 4-deep ring build (:func:`.plan.use_ring4`) for pair
+    calls. ``max_kv_len``, the longest sequence's length in tokens, is a plan hint
+    (:func:`.plan.short_splits`, :func:`.plan.use_ring4`): any value gives a correct result
+    (another plan sums the splits in another order: float rounding, within the tests'
+    tolerance), so a graph captured with one hint replays correctly at every length.
     """
     steps, result = decode_steps(q, cache, kv_indptr, kv_indices, kv_last_page_len,
                                  window_slots, rot_k, rot_v, sm_scale, out=out,
