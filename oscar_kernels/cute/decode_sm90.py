@@ -287,11 +287,9 @@ class Int2PagedDecodeSm90(DecodeRing, DecodeRotation, DecodeChunk, DecodeWindow,
                num_splits: Int32, rk_stride: Int32, rv_stride: Int32, q_kind: Int32,
                q_stride_b: Int32, q_stride_h: Int32, o_kind: Int32, o_stride_b: Int32,
                o_stride_h: Int32, scale_log2: Float32):
-        args = (q_ptr, kc_ptr, kp_ptr, vc_ptr, vp_ptr, kw_ptr, vw_ptr, indptr_ptr, indices_ptr,
-                last_ptr, slots_ptr, opart_ptr, lse_ptr_part, rk_ptr, rv_ptr, o_ptr, lse_ptr,
-                counter_ptr, num_kv_heads, group, page_size, stride_page, stride_slot,
-                stride_head, sink, recent, num_splits, rk_stride, rv_stride, q_kind,
-                q_stride_b, q_stride_h, o_kind, o_stride_b, o_stride_h, scale_log2)
+        # the kernel's arguments by name, shared with the phases of _work
+        params = dict(locals())
+        del params["self"]
         if cutlass.const_expr(self.merge_ctas):
             h, b, split = cute.arch.block_idx()
             if split == num_splits:
@@ -299,7 +297,7 @@ class Int2PagedDecodeSm90(DecodeRing, DecodeRotation, DecodeChunk, DecodeWindow,
                              counter_ptr, num_kv_heads, group, num_splits, rv_stride, o_kind,
                              o_stride_b, o_stride_h)
             else:
-                self._work(args, split, h, b)
+                self._work(params, split, h, b)
         else:
             split, h, b = cute.arch.block_idx()
             if cutlass.const_expr(self.ranked):
@@ -307,15 +305,15 @@ class Int2PagedDecodeSm90(DecodeRing, DecodeRotation, DecodeChunk, DecodeWindow,
                 # sequence, split), so a sequence's splits span dispatch ranks (weights below)
                 if num_splits <= RANK_MAX_SPLITS:
                     h, b, split = cute.arch.block_idx()
-            self._work(args, split, h, b)
+            self._work(params, split, h, b)
 
     @cute.jit
-    def _work(self, args, split, h, b):
+    def _work(self, params, split, h, b):
         """The CTA of split ``split`` of (sequence ``b``, KV head ``h``): attention over its
         share, the combine of its warps, the ticket (and the merge tail when it draws the
-        last one, except in the merge-CTA build). ``args``: the kernel's arguments. The
-        phases share their values through the namespace ``s``."""
-        s = SimpleNamespace(args=args, split=split, h=h, b=b)
+        last one, except in the merge-CTA build). ``params``: the kernel's arguments by name.
+        The phases share their values through the namespace ``s``."""
+        s = SimpleNamespace(**params, split=split, h=h, b=b)
         self._setup(s)
         self._warp_range(s)
         self._ring_prologue(s)
@@ -332,11 +330,11 @@ class Int2PagedDecodeSm90(DecodeRing, DecodeRotation, DecodeChunk, DecodeWindow,
         rotation's loads."""
         (split, h, b) = (
             s.split, s.h, s.b)
-        (q_ptr, kc_ptr, kp_ptr, vc_ptr, vp_ptr, kw_ptr, vw_ptr, indptr_ptr, indices_ptr,
-         last_ptr, slots_ptr, opart_ptr, lse_ptr_part, rk_ptr, rv_ptr, o_ptr, lse_ptr,
-         counter_ptr, num_kv_heads, group, page_size, stride_page, stride_slot, stride_head,
-         sink, recent, num_splits, rk_stride, rv_stride, q_kind, q_stride_b, q_stride_h,
-         o_kind, o_stride_b, o_stride_h, scale_log2) = s.args
+        (q_ptr, indptr_ptr, last_ptr, slots_ptr, rk_ptr, rv_ptr, counter_ptr, num_kv_heads,
+         group, num_splits, rk_stride, rv_stride, q_kind, q_stride_b, q_stride_h) = (
+            s.q_ptr, s.indptr_ptr, s.last_ptr, s.slots_ptr, s.rk_ptr, s.rv_ptr, s.counter_ptr,
+            s.num_kv_heads, s.group, s.num_splits, s.rk_stride, s.rv_stride, s.q_kind,
+            s.q_stride_b, s.q_stride_h)
         d = self.d
         tidx, _, _ = cute.arch.thread_idx()
         # warp-uniform: what derives from it (split ranges, ring stages, page blocks) can live
@@ -388,19 +386,11 @@ class Int2PagedDecodeSm90(DecodeRing, DecodeRotation, DecodeChunk, DecodeWindow,
                 self._trace_dep(counter_ptr, cta, 13, tidx, rot_af[0][0])
                 self._trace_dep(counter_ptr, cta, 14, tidx, _f32_bits(rot_qx[0]))
 
-        (s.counter_ptr, s.cta, s.d, s.g, s.group, s.indices_ptr, s.kc_ptr, s.kp_ptr,
-         s.kw_ptr, s.lane, s.last, s.lse_ptr, s.lse_ptr_part, s.nsw, s.num_kv_heads,
-         s.num_qo_heads, s.num_splits, s.o_kind, s.o_ptr, s.o_stride_b, s.o_stride_h,
-         s.opart_ptr, s.p_begin, s.p_end, s.page_size, s.quad, s.recent, s.rot_af,
-         s.rot_qx, s.rv_ptr, s.rv_stride, s.s_q, s.s_x, s.scale_log2, s.sink, s.smem_warp,
-         s.stride_head, s.stride_page, s.stride_slot, s.tidx, s.vc_ptr, s.vp_ptr, s.vw_ptr,
-         s.warp, s.wslot, s.wsplit) = (
-            counter_ptr, cta, d, g, group, indices_ptr, kc_ptr, kp_ptr, kw_ptr, lane, last,
-            lse_ptr, lse_ptr_part, nsw, num_kv_heads, num_qo_heads, num_splits, o_kind, o_ptr,
-            o_stride_b, o_stride_h, opart_ptr, p_begin, p_end, page_size, quad, recent,
-            rot_af, rot_qx, rv_ptr, rv_stride, s_q, s_x, scale_log2, sink, smem_warp,
-            stride_head, stride_page, stride_slot, tidx, vc_ptr, vp_ptr, vw_ptr, warp, wslot,
-            wsplit)
+        (s.cta, s.d, s.g, s.lane, s.last, s.nsw, s.num_qo_heads, s.p_begin, s.p_end,
+         s.quad, s.rot_af, s.rot_qx, s.s_q, s.s_x, s.smem_warp, s.tidx, s.warp, s.wslot,
+         s.wsplit) = (
+            cta, d, g, lane, last, nsw, num_qo_heads, p_begin, p_end, quad, rot_af, rot_qx,
+            s_q, s_x, smem_warp, tidx, warp, wslot, wsplit)
 
     @cute.jit
     def _warp_range(self, s):
