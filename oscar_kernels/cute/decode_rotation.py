@@ -119,7 +119,6 @@ class DecodeRotation:
         no overflow for any finite q) and unscaled after the MMA."""
         d = self.d
         warp, g, quad, mt_w = self._mma_lane(tidx)
-        ks_n = d // 16
         for i in cutlass.range_constexpr(MAX_GROUP * d // (32 * self.nw)):
             e = tidx + i * (32 * self.nw)
             if e < group * d:
