@@ -403,6 +403,7 @@ def _splits_case(num_splits, layout, warps, head_dim, gqa, page_size=16, merge_c
                  ring4=None):
     from oscar_kernels import cute
     from oscar_kernels.cute import workspace
+    from oscar_kernels.cute.config import FUSED_TAIL_ROWS
     from oscar_kernels.errors import UnsupportedConfigError
 
     dev = torch.device("cuda")
@@ -411,7 +412,7 @@ def _splits_case(num_splits, layout, warps, head_dim, gqa, page_size=16, merge_c
     cache, table, rot, q = _fill(spec, [6000, 1, 0, 333], gen, gqa, dev)
     scale = spec.head_dim ** -0.5
     rk, rv = rot.per_head(spec.num_kv_heads)
-    if warps == 8 and num_splits * gqa > cute.FUSED_TAIL_ROWS:
+    if warps == 8 and num_splits * gqa > FUSED_TAIL_ROWS:
         with pytest.raises(UnsupportedConfigError, match="num_splits: the 8-warp build"):
             cute.decode(q, cache, *table, rk, rv, scale, num_splits=num_splits, warps=warps)
         return
