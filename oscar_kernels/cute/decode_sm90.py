@@ -328,8 +328,7 @@ class Int2PagedDecodeSm90(DecodeRing, DecodeRotation, DecodeChunk, DecodeWindow,
         """Thread and warp indices, shared-memory layout, the L2 prefetch of
         ``R_K[h]`` / ``R_V[h]`` (split 0), the sequence geometry loads and the query
         rotation's loads."""
-        (split, h, b) = (
-            s.split, s.h, s.b)
+        split, h, b = s.split, s.h, s.b
         (q_ptr, indptr_ptr, last_ptr, slots_ptr, rk_ptr, rv_ptr, counter_ptr, num_kv_heads,
          group, num_splits, rk_stride, rv_stride, q_kind, q_stride_b, q_stride_h) = (
             s.q_ptr, s.indptr_ptr, s.last_ptr, s.slots_ptr, s.rk_ptr, s.rv_ptr, s.counter_ptr,

@@ -95,8 +95,7 @@ class DecodeTail:
                     _sts_f32(wbase + (MAX_GROUP + head * d + ch) * 4, val)
         cute.arch.sync_threads()
 
-        (s.cbase) = (
-            cbase)
+        s.cbase = cbase
 
     @cute.jit
     def _combine(self, s):
