@@ -5,7 +5,7 @@ cold L2, :mod:`perf.harness`), bytes moved, achieved TB/s against the read ceili
 measured in the same run, and the speedup of each INT2 kernel over each BF16 baseline.
 
     PYTHONPATH=. python perf/bench_decode.py --presets qwen3-8b --batches 1,8,32 \\
-        --contexts 8192,32768,65536,131072 --fi-site /tmp/fi_site
+        --contexts 8192,32768,65536,131072 --fi-site FLASHINFER_SITE_DIR
 
 Cache contents: the INT2 pages are filled directly with random code bytes and
 realistic fp16 params (scale in [0.02, 0.1], zero = -1.5 · scale), the BF16 windows and

@@ -18,7 +18,7 @@ for shape in "$@"; do
   line="$1 b$2 $(($3 / 1024))K"
   for v in trace trace_nocons trace_noload; do
     out=$(OSCAR_CUTE_BUNDLE=$DIR/$v PYTHONPATH=. timeout 180 python3 perf/trace_decode.py \
-          --model $1 --batch $2 --context $3 --out /tmp/loop_parts_$v.json 2>&1)
+          --model $1 --batch $2 --context $3 --out "$DIR/loop_parts_$v.json" 2>&1)
     echo "$out" | sed "s/^/[$v] /" >&2
     call=$(echo "$out" | sed -n 's/.*call \([0-9.]*\) us.*/\1/p' | head -1)
     loop=$(echo "$out" | awk '/int2 loop/ {print $6; exit}')
