@@ -98,7 +98,7 @@ def main(argv=None) -> int:
     import triton.language as tl
 
     from oscar_kernels import CacheSpec, LayerRotation, ops
-    from oscar_kernels.cute.bench import make_cache
+    from cute_bench import make_cache
     from oscar_kernels.reference.quant import clip_index  # noqa: F401
     from perf.harness import env_header, time_cuda
 

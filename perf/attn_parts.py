@@ -51,7 +51,7 @@ def main(argv=None) -> int:
         return stack(a)
 
     from oscar_kernels import CacheSpec, LayerRotation
-    from oscar_kernels.cute.bench import make_cache
+    from cute_bench import make_cache
     from perf.harness import env_header, time_cuda
 
     dev = torch.device("cuda")

@@ -1,13 +1,13 @@
-"""The same CuTe decode timed on perf/bench_decode.py's case and on oscar_kernels.cute.bench's
+"""The same CuTe decode timed on perf/bench_decode.py's case and on perf/cute_bench.py's
 case, in one process (qwen3-8b, batch 1, HND pages): which part of the setup makes the two
 benchmarks differ at batch 1.
 
     PYTHONPATH=. python3 perf/bench_case_compare.py --context 8192 131072
 
 Columns (us, medians of CUDA-graph replays, cold L2): bench_decode's whole case;
-cute.bench's case through ``ops`` and through ``cute.decode``; bench_decode's cache and page
-table with cute.bench's rotation (Hadamard) and query; then bench_decode's cache with one
-part swapped at a time: its query with the Hadamard rotation, cute.bench's query with its
+cute_bench.py's case through ``ops`` and through ``cute.decode``; bench_decode's cache and page
+table with cute_bench.py's rotation (Hadamard) and query; then bench_decode's cache with one
+part swapped at a time: its query with the Hadamard rotation, cute_bench.py's query with its
 random orthogonal rotation, its rotation materialized per head (no stride-0 expand), and
 its query scaled by 1/8 and by 8.
 """
@@ -29,7 +29,7 @@ def main(argv=None) -> int:
     import torch
 
     from oscar_kernels import CacheSpec, LayerRotation, cute, ops
-    from oscar_kernels.cute.bench import make_cache
+    from cute_bench import make_cache
     from perf.bench_decode import PRESETS, make_int2_case
     from perf.harness import time_cuda
 
@@ -55,8 +55,8 @@ def main(argv=None) -> int:
         rk, rv = rot.per_head(8)
         t_cb = us(lambda: cute.decode(q, cache, *table2, rk, rv, scale, out=out2))
         t_mix = us(lambda: cute.decode(q, case["cache"], *table, rk, rv, scale, out=out2))
-        print(f"ctx {ctx}: bench_decode case {t_bd:.1f} us | cute.bench case via ops "
-              f"{t_ops:.1f} us, via decode {t_cb:.1f} us | bench_decode cache + cute.bench "
+        print(f"ctx {ctx}: bench_decode case {t_bd:.1f} us | cute_bench case via ops "
+              f"{t_ops:.1f} us, via decode {t_cb:.1f} us | bench_decode cache + cute_bench "
               f"rotation/q {t_mix:.1f} us", flush=True)
         qb, rb = case["q"], case["rot_k"]
         rb_full = rb.contiguous()

@@ -5,7 +5,7 @@ cold L2, :mod:`perf.harness`), bytes moved, achieved TB/s against the read ceili
 measured in the same run, and the speedup of each INT2 kernel over each BF16 baseline.
 
     PYTHONPATH=. python perf/bench_decode.py --presets qwen3-8b --batches 1,8,32 \\
-        --contexts 8192,32768,65536,131072 --fi-site /tmp/fi_site
+        --contexts 8192,32768,65536,131072 --fi-site FLASHINFER_SITE_DIR
 
 Cache contents: the INT2 pages are filled directly with random code bytes and
 realistic fp16 params (scale in [0.02, 0.1], zero = -1.5 · scale), the BF16 windows and
@@ -227,6 +227,8 @@ def main(argv=None) -> int:
     cute_mod = None
     try:
         from oscar_kernels import cute as cute_mod  # noqa: PLC0415
+        from oscar_kernels.cute import config as cute_config  # noqa: PLC0415
+        from oscar_kernels.cute import plan as cute_plan  # noqa: PLC0415
     except Exception:  # noqa: BLE001
         cute_mod = None
     header = env_header()
@@ -300,20 +302,20 @@ def main(argv=None) -> int:
                                           warmup=args.warmup, rep=args.rep)
                             row["cute_ms"] = r["median_ms"]
                             row["cute_TBps"] = tbps(row["int2_bytes"], r["median_ms"])
-                            warps, splits = cute_mod.plan(
+                            warps, splits = cute_plan.plan(
                                 batch, spec.num_kv_heads,
                                 torch.cuda.get_device_properties(0).multi_processor_count,
                                 preset["num_qo_heads"] // spec.num_kv_heads, spec.head_dim,
-                                cute_mod.wide_available(
+                                cute_plan.wide_available(
                                     preset["num_qo_heads"] // spec.num_kv_heads, spec.head_dim),
                                 hint)
                             # the build it launches: decode / decode_pair, or the merge-CTA
-                            # or 4-deep ring build of decode_pair (oscar_kernels.cute.launch_op)
-                            op = cute_mod.launch_op(
+                            # or 4-deep ring build of decode_pair (cute.plan.launch_op)
+                            op = cute_plan.launch_op(
                                 batch, spec.num_kv_heads,
                                 preset["num_qo_heads"] // spec.num_kv_heads, spec.head_dim,
                                 warps, splits, torch.device("cuda"),
-                                any_page=spec.page_size % cute_mod.CHUNK != 0,
+                                any_page=spec.page_size % cute_config.CHUNK != 0,
                                 max_kv_len=hint)
                             row["cute_plan"] = f"{warps} warps x {splits} splits, {op}"
                         except Exception as exc:  # noqa: BLE001 - unavailable or unsupported

@@ -2,8 +2,7 @@
 ahead of the capture.
 
 A call captured into a graph takes its tickets from a per-device arena that the first eager
-call zeroed (``oscar_kernels.cute._capture_tickets``; since session 16, before that a spare
-per-stream buffer). Without one, the capture zeroes a new arena with ``torch.zeros``
+call zeroed (``oscar_kernels.cute.workspace._capture_tickets``). Without one, the capture zeroes a new arena with ``torch.zeros``
 *inside* the graph, and every replay runs that fill before the decode. This times the call
 both ways (``fill``: the arena dropped before each capture), alternating rounds.
 
@@ -29,17 +28,18 @@ def main(argv=None) -> int:
     import torch
 
     from harness import time_cuda
-    from oscar_kernels import CacheSpec, LayerRotation, cute, ops
-    from oscar_kernels.cute.bench import MODELS, make_cache
+    from oscar_kernels import CacheSpec, LayerRotation, ops
+    from oscar_kernels.cute import workspace
+    from cute_bench import MODELS, make_cache
 
     hq, h, d = MODELS[a.model]
     dev = torch.device("cuda")
     spec = CacheSpec(num_kv_heads=h, head_dim=d, page_size=16, kv_layout="HND")
     rot = LayerRotation.hadamard(d).to(dev)
-    ready = cute._capture_tickets
+    ready = workspace._capture_tickets
 
     def fill(dev, index, n):              # no arena zeroed ahead: a memset node in the graph
-        cute._ARENAS.pop(index, None)
+        workspace._ARENAS.pop(index, None)
         return ready(dev, index, n)
     for b in a.batch:
         for n in a.context:
@@ -53,11 +53,11 @@ def main(argv=None) -> int:
             res = {"ready": [], "fill": []}
             for _ in range(a.rounds):
                 for name, fn in (("ready", ready), ("fill", fill)):
-                    cute._capture_tickets = fn
+                    workspace._capture_tickets = fn
                     try:
                         res[name].append(1e3 * time_cuda(call, warmup=3, rep=30)["median_ms"])
                     finally:
-                        cute._capture_tickets = ready
+                        workspace._capture_tickets = ready
             print(f"{a.model} batch {b} context {n}: " + " | ".join(
                 f"{k}: " + " ".join(f"{t:.1f}" for t in v) + " us" for k, v in res.items()),
                 flush=True)

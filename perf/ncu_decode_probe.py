@@ -4,7 +4,7 @@
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section SchedulerStats \\
         python3 perf/ncu_decode_probe.py 128 131072 qwen3-8b HND
 
-Arguments: batch, context, model (oscar_kernels.cute.bench.MODELS), page layout. Runs the
+Arguments: batch, context, model (perf/cute_bench.py MODELS), page layout. Runs the
 decode three times (the first compiles/loads; profile the second with --launch-skip 1).
 """
 
@@ -15,7 +15,7 @@ import torch
 
 sys.path.insert(0, os.getcwd())
 from oscar_kernels import CacheSpec, LayerRotation, ops  # noqa: E402
-from oscar_kernels.cute.bench import MODELS, make_cache  # noqa: E402
+from cute_bench import MODELS, make_cache  # noqa: E402
 
 
 def main(argv):

@@ -1,6 +1,6 @@
 """SASS report of the CuTe decode kernels, built for sm_90a on a machine without a GPU.
 
-    CUTE_DSL_ARCH=sm_90a ~/cute13/bin/python perf/sass_report.py --head-dims 128 64
+    CUTE_DSL_ARCH=sm_90a python perf/sass_report.py --head-dims 128 64
 
 (the Python that has ``nvidia-cutlass-dsl``, see docs/cute.md; ``cuobjdump`` from the CUDA
 toolkit or from triton's wheel). Per kernel: registers and stack (``cuobjdump
@@ -16,7 +16,7 @@ taken, short forward conditional branches (less than ``SKIP_BYTES``: the page-ro
 block, the running-max rescale) are taken, unconditional branches are followed, and the
 walk ends at the loop's back edge. Each iteration handles two chunks, so the count is
 halved. These are the numbers quoted as "SASS per chunk" in the module docstring of
-``oscar_kernels/cute/int2_decode_sm90.py`` and in docs/cute.md.
+``oscar_kernels/cute/decode_sm90.py`` and in docs/cute.md.
 """
 
 from __future__ import annotations
@@ -190,8 +190,9 @@ def main(argv=None) -> int:
     os.environ["CUTE_DSL_KEEP"] = "cubin"
     os.environ["CUTE_DSL_DUMP_DIR"] = dump
     sys.path.insert(0, os.getcwd())
-    from oscar_kernels.cute.int2_decode_sm90 import (Int2DecodeConfig, compile_decode,
-                                                     compile_merge)
+    from oscar_kernels.cute.config import Int2DecodeConfig
+    from oscar_kernels.cute.decode_sm90 import compile_decode
+    from oscar_kernels.cute.merge_sm90 import compile_merge
 
     try:
         for d in a.head_dims:

@@ -21,13 +21,14 @@ import sys
 
 import torch
 
-from oscar_kernels.cute import PAIR_MAX_GROUP
+from oscar_kernels.cute.config import PAIR_MAX_GROUP
 
 
 def plan_kwargs(plan: str, group: int, head_dim: int = 128) -> dict:
-    """``cute.decode`` overrides of a plan string: ``auto``, or ``WARPS:SPLITS`` with optional
-    ``:mc`` (wide pair calls, GQA <= 4: the merge-CTA build forced on, else off) and ``:r4``
-    (pair calls at head_dim 128: the 4-deep ring build forced on, else off)."""
+    """:func:`oscar_kernels.cute.launch.decode` overrides of a plan string: ``auto``, or
+    ``WARPS:SPLITS`` with optional ``:mc`` (wide pair calls, GQA <= 4: the merge-CTA build
+    forced on, else off) and ``:r4`` (pair calls at head_dim 128: the 4-deep ring build
+    forced on, else off)."""
     if plan in ("auto", "shapes"):
         return {}
     parts = plan.split(":")
@@ -48,9 +49,11 @@ def plan_kwargs(plan: str, group: int, head_dim: int = 128) -> dict:
 
 
 def main(argv=None) -> int:
-    from oscar_kernels import CacheSpec, LayerRotation, cute
-    from oscar_kernels.cute.bench import MODELS, make_cache
-    from perf.harness import env_header, time_cuda
+    from cute_bench import MODELS, make_cache
+    from harness import env_header, time_cuda
+
+    from oscar_kernels import CacheSpec, LayerRotation
+    from oscar_kernels.cute.launch import decode
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="qwen3-8b", choices=sorted(MODELS))
@@ -79,7 +82,7 @@ def main(argv=None) -> int:
         outs = {}
         for plan in a.plans:
             out = torch.full_like(q, float("nan"))
-            cute.decode(q, cache, *table, rk, rv, d ** -0.5, out=out, **call_kwargs(plan, n))
+            decode(q, cache, *table, rk, rv, d ** -0.5, out=out, **call_kwargs(plan, n))
             outs[plan] = out
         ref = outs[a.plans[0]].float()
         for plan in a.plans:
@@ -93,7 +96,7 @@ def main(argv=None) -> int:
             for n, cache, table, q in cases:
                 out = torch.empty_like(q)
                 kw = call_kwargs(plan, n)
-                fn = lambda: cute.decode(q, cache, *table, rk, rv, d ** -0.5, out=out, **kw)  # noqa
+                fn = lambda: decode(q, cache, *table, rk, rv, d ** -0.5, out=out, **kw)  # noqa
                 ms = time_cuda(fn, warmup=5, rep=a.rep)["median_ms"]
                 times.append(f"{n // 1024}K {1e3 * ms:.1f}")
             print(f"round {r} {a.model} b{a.batch} {plan}: " + " ".join(times), flush=True)

@@ -3,16 +3,18 @@
 Where a batch-1 or batch-8 call spends its time is not visible in a kernel's total: this
 reads, per CTA, when it started, finished the query rotation (with the geometry, page-id
 and ring-prologue loads before it), the INT2 chunk loop (with the warp's first BF16 window
-chunk before it, since session 8), the other BF16 window chunks, the
+chunk before it), the other BF16 window chunks, the
 combine + partial stores, the ticket, and (last CTA of a sequence / KV head) the split
 merge. Build a bundle with the trace stores first (they are compiled out otherwise):
 
-    OSCAR_CUTE_DEBUG=trace CUTE_DSL_ARCH=sm_90a python -m oscar_kernels.cute.aot build \\
-        --out /tmp/trace_bundle --head-dims 128
-    OSCAR_CUTE_BUNDLE=/tmp/trace_bundle PYTHONPATH=. python perf/trace_decode.py \\
+    CUTE_DSL_ARCH=sm_90a python -m oscar_kernels.cute.aot build --debug trace \\
+        --out trace_bundle --head-dims 128 --cuda "$CUDA_HOME"
+    OSCAR_CUTE_BUNDLE=trace_bundle PYTHONPATH=. python perf/trace_decode.py \\
         --model qwen3-8b --batch 8 --context 8192 65536
 
-A bundle built with ``OSCAR_CUTE_DEBUG=trace,pro`` also stamps when each CTA's prologue
+The bundle's manifest records its debug flags, and the launcher makes room for the stamps
+in its ticket buffers when it loads a trace build. A bundle built with ``--debug trace,pro``
+also stamps when each CTA's prologue
 loads arrived (geometry, first page id, ``R_K`` operand, q) and when its query rotation was
 done ("prologue:" rows, from the CTA's own start); one built with ``trace,ramp`` (run with
 ``--ramp``) when warp 0's INT2 chunks 0, 8, 16 and 24 had arrived ("ramp:" rows); one
@@ -27,13 +29,13 @@ each prepared as perf/harness.py's ``time_cuda`` prepares a timed repetition: th
 zeroed, then L2 flushed by *reading* time_cuda's buffer (256 MB or 4 x L2), then one
 CUDA-graph replay of the call (``--eager``: the call launched directly, and
 ``--write-flush``: L2 flushed by writing the buffer, which leaves it full of dirty lines the
-call then has to evict -- how this script ran before session 11; its kernel times were up
-to 2 us longer at batch 1 than the graph replays of the same call).
+call then has to evict; kernel times up to 2 us longer at batch 1 than the graph replays of
+the same call).
 
-The merge-CTA build (qwen3-8b batch 1's plan since session 13) has no slots for its merge
+The merge-CTA build (qwen3-8b batch 1's plan) has no slots for its merge
 CTAs: their merge-tail stamps (8-10) land in the slot of the last split of their sequence
 and KV head, and no split CTA merges; the "merge CTA:" rows then time them from the pair's
-last count (the latest stamp 5 of its splits). ``OSCAR_CUTE_MERGE_CTAS=0`` traces the
+last count (the latest stamp 5 of its splits). ``--plan 8:16`` (merge CTAs off) traces the
 fused-tail path there.
 """
 
@@ -48,10 +50,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
 
-# stamps 11-15 of OSCAR_CUTE_DEBUG=trace,pro builds, from the CTA's own start
+# stamps 11-15 of trace,pro builds, from the CTA's own start
 PROLOGUE = ("prologue: geometry in", "prologue: first page id in", "prologue: R_K operand in",
             "prologue: q in", "prologue: rotation done")
-# ... or, in OSCAR_CUTE_DEBUG=trace,ramp builds, when warp 0's INT2 chunks 0 / 8 / 16 / 24
+# ... or, in trace,ramp builds, when warp 0's INT2 chunks 0 / 8 / 16 / 24
 # had arrived (its loop's waits)
 RAMP = ("ramp: warp 0 chunk 0 in", "ramp: chunk 8 in", "ramp: chunk 16 in",
         "ramp: chunk 24 in")
@@ -89,25 +91,29 @@ def sm_idle(end: torch.Tensor, sm: torch.Tensor) -> dict:
 def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
                graph: bool = True, write_flush: bool = False, plan: str = "auto",
                ramp: bool = False, clock: bool = False) -> dict:
-    from oscar_kernels import CacheSpec, LayerRotation, cute, ops
-    from oscar_kernels.cute.bench import MODELS, make_cache
-    from oscar_kernels.cute import RANK_MAX_SPLITS, TRACE_OFFSET, TRACE_WARP_OFFSET
+    from cute_bench import MODELS, make_cache
+
+    from oscar_kernels import CacheSpec, LayerRotation, ops
+    from oscar_kernels.cute import workspace
+    from oscar_kernels.cute.config import RANK_MAX_SPLITS, TRACE_OFFSET, TRACE_WARP_OFFSET
+    from oscar_kernels.cute.launch import decode
+    from oscar_kernels.cute.plan import launch_op, wide_available
+    from oscar_kernels.cute.plan import plan as shapes_plan
 
     hq, h, d = MODELS[model]
     # the ticket buffers are reallocated with room for the trace slots (128 B per CTA, 16 B
-    # per warp)
-    os.environ["OSCAR_CUTE_TRACE"] = "1"
-    cute._COUNTERS.clear()
-    cute._SPARES.clear()
+    # per warp): the launcher sees the trace build in the bundle's manifest
+    workspace._COUNTERS.clear()
+    workspace._SPARES.clear()
     dev = torch.device("cuda")
     spec = CacheSpec(num_kv_heads=h, head_dim=d, page_size=page_size, kv_layout="HND")
     rot = LayerRotation.hadamard(d).to(dev)
     cache, table = make_cache(spec, batch_size, context, dev)
     q = torch.randn(batch_size, hq, d, dtype=torch.bfloat16, device=dev)
     out = torch.empty_like(q)
-    warps, splits = cute.plan(batch_size, h, torch.cuda.get_device_properties(dev)
-                              .multi_processor_count, hq // h, d,
-                              cute.wide_available(hq // h, d))
+    warps, splits = shapes_plan(batch_size, h, torch.cuda.get_device_properties(dev)
+                                .multi_processor_count, hq // h, d,
+                                wide_available(hq // h, d))
     from split_sweep_graph import plan_kwargs
     kw = plan_kwargs(plan, hq // h, d)        # "auto": the shipped plan (decode_steps' choice)
     warps, splits = kw.get("warps", warps), kw.get("num_splits", splits)
@@ -119,7 +125,7 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
 
     def call():
         if kw:
-            cute.decode(q, cache, *table, rk, rv, d ** -0.5, out=out, **kw)
+            decode(q, cache, *table, rk, rv, d ** -0.5, out=out, **kw)
         else:
             ops.paged_decode_attention(q, cache, *table, rot, out=out, backend="cute",
                                        check_bounds=False)
@@ -132,7 +138,7 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
             call()
         run = g.replay
     for _ in range(4):
-        for buf in cute._COUNTERS.values():
+        for buf in workspace._COUNTERS.values():
             buf[TRACE_OFFSET // 4:].zero_()
         if write_flush:
             flush.fill_(1.0)
@@ -144,7 +150,7 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
         end.record()
         torch.cuda.synchronize()
     # the buffer this call used (the graph's capture stream has one of its own)
-    bufs = [t for t in cute._COUNTERS.values() if t.numel() > TRACE_OFFSET // 4 + ncta * 32]
+    bufs = [t for t in workspace._COUNTERS.values() if t.numel() > TRACE_OFFSET // 4 + ncta * 32]
     buf = max(bufs, key=lambda t: int((t[TRACE_OFFSET // 4: TRACE_OFFSET // 4 + ncta * 32]
                                        != 0).sum()))
     slots16 = buf[TRACE_OFFSET // 4: TRACE_OFFSET // 4 + ncta * 32].view(torch.int64)
@@ -152,7 +158,7 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
     slots = slots16[:, :8]
     if int((slots[:, 0] == 0).sum()):
         raise RuntimeError("no trace stamps: is OSCAR_CUTE_BUNDLE a bundle built with "
-                           "OSCAR_CUTE_DEBUG=trace?")
+                           "--debug trace?")
     t = slots[:, :7].double()
     t = torch.where(slots[:, :7] == 0, torch.full_like(t, float("nan")), t)
     t = (t - t[:, 0].min()) / 1e3                       # us since the first CTA started
@@ -166,42 +172,16 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
     tail = t[:, 6] - t[:, 5]
     merged = tail > 0.3                                  # the CTAs that ran the merge
     # the merge-CTA build (decode's choice): no split CTA merges
-    merge_ctas = cute.launch_op(batch_size, h, hq // h, d, warps, splits, dev,
-                                merge_ctas=kw.get("merge_ctas"),
-                                ring4=kw.get("ring4")) == "decode_pair_mc"
+    merge_ctas = launch_op(batch_size, h, hq // h, d, warps, splits, dev,
+                           merge_ctas=kw.get("merge_ctas"),
+                           ring4=kw.get("ring4")) == "decode_pair_mc"
     row["merge CTAs"] = bool(merge_ctas)
     if merge_ctas:
         merged = torch.zeros_like(merged)
     row["merge tail (last CTA)"] = _stats(tail[merged & ~torch.isnan(tail)])
     row["end"] = _stats(t[:, 6])
-    # inside the merge tail (stamps 8-10 of the CTAs that merged): first row block and the
-    # split weights in, every block summed, B fragments of o', then R_V^T and the stores
-    mt = slots16[:, 8:11].double()
-    mt = torch.where(slots16[:, 8:11] == 0, torch.full_like(mt, float("nan")), mt)
-    mt = (mt - slots[:, 0].double().min()) / 1e3
-    has = ~torch.isnan(mt[:, 0])
-    if int(has.sum()) and not merge_ctas:
-        edges = torch.cat([t[has, 5:6], mt[has], t[has, 6:7]], dim=1)
-        for k, name in enumerate(("tail: fence, first rows, weights", "tail: other rows, sums",
-                                  "tail: o' B fragments", "tail: R_V^T, stores, ticket reset")):
-            row[name] = _stats(edges[:, k + 1] - edges[:, k])
-    row["per CTA tail stamps us"] = [[None if x != x else round(float(x), 2) for x in r]
-                                     for r in mt]
-    if merge_ctas:
-        # the merge-CTA build: no split merges; the merge CTA of (b, h) stamps 8-10 into
-        # the slot of split splits - 1. From the last split's count (the latest stamp 5 of
-        # the pair's splits) to the merge CTA's rows + weights, sums and o' fragments
-        last_count = t[:, 5].view(-1, splits).nan_to_num(float("-inf")).max(dim=1).values
-        mc = mt.view(-1, splits, 3)[:, splits - 1]
-        ok = ~torch.isnan(mc).any(dim=1)
-        if int(ok.sum()):
-            edges = torch.cat([last_count[ok, None], mc[ok]], dim=1)
-            for k, name in enumerate(("merge CTA: count seen, rows, weights",
-                                      "merge CTA: sums", "merge CTA: o' B fragments")):
-                row[name] = _stats(edges[:, k + 1] - edges[:, k])
-            row["merge CTA: last count"] = _stats(last_count[ok])
-            row["merge CTA: o' fragments done"] = _stats(mc[ok, 2])
-    # OSCAR_CUTE_DEBUG=trace,clk builds: %clock64 at the INT2 loop's start and end (slots
+    _merge_tail_rows(row, t, slots, slots16, splits, merge_ctas)
+    # --debug trace,clk builds: %clock64 at the INT2 loop's start and end (slots
     # 11, 12): the SM clock over each CTA's loop (cycles / globaltimer ns)
     if clock:
         cyc = (slots16[:, 12] - slots16[:, 11]).double()
@@ -209,9 +189,9 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
         ok = (slots16[:, 11] != 0) & (slots16[:, 12] != 0) & (ns > 2000)
         if not int(ok.sum()):
             raise RuntimeError("no clock stamps: is OSCAR_CUTE_BUNDLE an "
-                               "OSCAR_CUTE_DEBUG=trace,clk build?")
+                               "--debug trace,clk build?")
         row["SM clock in the INT2 loop (MHz)"] = _stats(1e3 * cyc[ok] / ns[ok])
-    # OSCAR_CUTE_DEBUG=trace,pro builds: stamps 11-15, when the CTA's prologue loads had
+    # trace,pro builds: stamps 11-15, when the CTA's prologue loads had
     # arrived (geometry, first page id, R_K operand, q) and its query rotation was done
     pro = slots16[:, 11:16].double()
     if int((pro[:, 0] != 0).sum()) and not clock:
@@ -250,6 +230,37 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
             splits if merge_ctas else RANK_MAX_SPLITS)))
         row["per warp stamps us"] = [[[round(float(x), 2) for x in w] for w in c] for c in tw]
     return row
+
+
+def _merge_tail_rows(row: dict, t, slots, slots16, splits: int, merge_ctas: bool) -> None:
+    """Rows of the merge tail's stamps 8-10 (the CTAs that merged, or the merge CTAs)."""
+    # inside the merge tail (stamps 8-10 of the CTAs that merged): first row block and the
+    # split weights in, every block summed, B fragments of o', then R_V^T and the stores
+    mt = slots16[:, 8:11].double()
+    mt = torch.where(slots16[:, 8:11] == 0, torch.full_like(mt, float("nan")), mt)
+    mt = (mt - slots[:, 0].double().min()) / 1e3
+    has = ~torch.isnan(mt[:, 0])
+    if int(has.sum()) and not merge_ctas:
+        edges = torch.cat([t[has, 5:6], mt[has], t[has, 6:7]], dim=1)
+        for k, name in enumerate(("tail: fence, first rows, weights", "tail: other rows, sums",
+                                  "tail: o' B fragments", "tail: R_V^T, stores, ticket reset")):
+            row[name] = _stats(edges[:, k + 1] - edges[:, k])
+    row["per CTA tail stamps us"] = [[None if x != x else round(float(x), 2) for x in r]
+                                     for r in mt]
+    if merge_ctas:
+        # the merge-CTA build: no split merges; the merge CTA of (b, h) stamps 8-10 into
+        # the slot of split splits - 1. From the last split's count (the latest stamp 5 of
+        # the pair's splits) to the merge CTA's rows + weights, sums and o' fragments
+        last_count = t[:, 5].view(-1, splits).nan_to_num(float("-inf")).max(dim=1).values
+        mc = mt.view(-1, splits, 3)[:, splits - 1]
+        ok = ~torch.isnan(mc).any(dim=1)
+        if int(ok.sum()):
+            edges = torch.cat([last_count[ok, None], mc[ok]], dim=1)
+            for k, name in enumerate(("merge CTA: count seen, rows, weights",
+                                      "merge CTA: sums", "merge CTA: o' B fragments")):
+                row[name] = _stats(edges[:, k + 1] - edges[:, k])
+            row["merge CTA: last count"] = _stats(last_count[ok])
+            row["merge CTA: o' fragments done"] = _stats(mc[ok, 2])
 
 
 def _dispatch_rank(batch: int, heads: int, splits: int, warps: int, nsm: int,
@@ -297,9 +308,9 @@ def main(argv=None) -> int:
     ap.add_argument("--plan", default="auto", help="WARPS:SPLITS or WARPS:SPLITS:mc "
                     "(perf/split_sweep_graph.py's plans), 'auto' the shipped plan")
     ap.add_argument("--ramp", action="store_true", help="the bundle is an "
-                    "OSCAR_CUTE_DEBUG=trace,ramp build (stamps 11-14: warp 0's chunk arrivals)")
+                    "--debug trace,ramp build (stamps 11-14: warp 0's chunk arrivals)")
     ap.add_argument("--clock", action="store_true", help="the bundle is an "
-                    "OSCAR_CUTE_DEBUG=trace,clk build (slots 11-12: %%clock64 at the INT2 loop's "
+                    "--debug trace,clk build (slots 11-12: %%clock64 at the INT2 loop's "
                     "start and end): print the SM clock over each CTA's loop")
     ap.add_argument("--write-flush", action="store_true", help="flush L2 by writing the "
                     "flush buffer (dirty lines) instead of reading it")

@@ -255,9 +255,9 @@ def test_cute_decode_ring4(num_splits, warps, gqa, layout):
 def test_cute_decode_ring4_planned():
     """``decode`` without overrides on qwen3-8b's shape (8 KV heads, GQA 4) at batch 2 runs
     the 4-deep ring build by the plan (16 wide splits) and matches the reference."""
-    from oscar_kernels import cute
+    from oscar_kernels.cute import plan as cute_plan
 
-    assert cute.launch_op(2, 8, 4, 128, *cute.plan(2, 8, cute._num_sms("cuda"), 4, 128),
+    assert cute_plan.launch_op(2, 8, 4, 128, *cute_plan.plan(2, 8, cute_plan.num_sms("cuda"), 4, 128),
                           torch.device("cuda")) == "decode_pair_ring4"
     spec = CacheSpec(num_kv_heads=8, head_dim=128, page_size=16, kv_layout="HND")
     _check(spec, [9000, 4097], 4, seed=23)
@@ -278,15 +278,15 @@ def test_cute_decode_length_hint_plans(num_kv_heads, gqa, batch, lens):
     """The plans the length hint picks (``max_kv_len`` = the longest sequence; each differs
     from the shapes' plan) match the reference through the public op, and so do the plans of
     wrong hints (0, 2^30)."""
-    from oscar_kernels import cute
+    from oscar_kernels.cute import plan as cute_plan
 
     dev = torch.device("cuda")
-    sms = cute._num_sms(dev)
+    sms = cute_plan.num_sms(dev)
     hint = max(lens)
     assert len(lens) == batch
-    shapes = cute.plan(batch, num_kv_heads, sms, gqa, 128)
-    hinted = cute.plan(batch, num_kv_heads, sms, gqa, 128, True, hint)
-    ops_shapes = [cute.launch_op(batch, num_kv_heads, gqa, 128, *p, dev, max_kv_len=n)
+    shapes = cute_plan.plan(batch, num_kv_heads, sms, gqa, 128)
+    hinted = cute_plan.plan(batch, num_kv_heads, sms, gqa, 128, True, hint)
+    ops_shapes = [cute_plan.launch_op(batch, num_kv_heads, gqa, 128, *p, dev, max_kv_len=n)
                   for p, n in ((shapes, None), (hinted, hint))]
     assert (hinted, ops_shapes[1]) != (shapes, ops_shapes[0])
     gen = torch.Generator().manual_seed(batch * 7 + gqa)
@@ -309,6 +309,7 @@ def test_cute_decode_merge_ctas_cuda_graph():
     """A graph replay of the merge-CTA build gives the eager result (the merge CTAs reset
     their counters, so every replay starts clean)."""
     from oscar_kernels import cute
+    from oscar_kernels.cute import workspace
 
     dev = torch.device("cuda")
     gen = torch.Generator().manual_seed(41)
@@ -322,7 +323,7 @@ def test_cute_decode_merge_ctas_cuda_graph():
                     num_splits=6, merge_ctas=True)
 
     _assert_graph_replays_match(step, out, 3)
-    tickets = list(cute._COUNTERS.values()) + [a[0] for a in cute._ARENAS.values()]
+    tickets = list(workspace._COUNTERS.values()) + [a[0] for a in workspace._ARENAS.values()]
     assert all(int(t.abs().sum()) == 0 for t in tickets)
 
 
@@ -334,6 +335,7 @@ def test_cute_decode_graphs_replayed_concurrently(merge_ctas):
     has tickets of its own, so each result is its eager one (a shared ticket would merge
     another call's partials, or leave a merge CTA waiting). Then every ticket is zero."""
     from oscar_kernels import cute
+    from oscar_kernels.cute import workspace
 
     dev = torch.device("cuda")
     gen = torch.Generator().manual_seed(43)
@@ -377,7 +379,7 @@ def test_cute_decode_graphs_replayed_concurrently(merge_ctas):
         for k in range(2):
             assert torch.equal(cases[k][5], want[k])
         assert torch.equal(eager_out, want[0])
-    tickets = list(cute._COUNTERS.values()) + [a[0] for a in cute._ARENAS.values()]
+    tickets = list(workspace._COUNTERS.values()) + [a[0] for a in workspace._ARENAS.values()]
     assert all(int(t.abs().sum()) == 0 for t in tickets)
 
 
@@ -400,6 +402,8 @@ def _assert_graph_replays_match(step, out, replays=1):
 def _splits_case(num_splits, layout, warps, head_dim, gqa, page_size=16, merge_ctas=None,
                  ring4=None):
     from oscar_kernels import cute
+    from oscar_kernels.cute import workspace
+    from oscar_kernels.cute.config import FUSED_TAIL_ROWS
     from oscar_kernels.errors import UnsupportedConfigError
 
     dev = torch.device("cuda")
@@ -408,7 +412,7 @@ def _splits_case(num_splits, layout, warps, head_dim, gqa, page_size=16, merge_c
     cache, table, rot, q = _fill(spec, [6000, 1, 0, 333], gen, gqa, dev)
     scale = spec.head_dim ** -0.5
     rk, rv = rot.per_head(spec.num_kv_heads)
-    if warps == 8 and num_splits * gqa > cute.FUSED_TAIL_ROWS:
+    if warps == 8 and num_splits * gqa > FUSED_TAIL_ROWS:
         with pytest.raises(UnsupportedConfigError, match="num_splits: the 8-warp build"):
             cute.decode(q, cache, *table, rk, rv, scale, num_splits=num_splits, warps=warps)
         return
@@ -418,7 +422,7 @@ def _splits_case(num_splits, layout, warps, head_dim, gqa, page_size=16, merge_c
         got, lse = cute.decode(q, cache, *table, rk, rv, scale, out=out, num_splits=num_splits,
                                warps=warps, merge_ctas=merge_ctas, ring4=ring4)
         torch.cuda.synchronize()
-        assert all(int(t.abs().sum()) == 0 for t in cute._COUNTERS.values())
+        assert all(int(t.abs().sum()) == 0 for t in workspace._COUNTERS.values())
         got, lse = got.float().cpu(), lse.cpu()
         for b in range(4):
             if b == 2:
@@ -448,11 +452,11 @@ def test_cute_decode_rank_weighted_shares_8_splits(batch, seeds, specials):
     """The plans at llama3-70b-tp8 batch 32 and 33 (1 KV head, GQA 8): 8 warps x 8 splits on
     the split-major grid. Batch 32: one wave of 256 CTAs, sequences from below
     RANK_MIN_CHUNKS per warp (equal shares) to far above it (rank-weighted); batch 33: 264
-    CTAs, every slot of 132 SMs taken, where the kernel gives every split the same share
-    (session 22). Each with an empty, a mid-length and a 70000-token sequence."""
-    from oscar_kernels import cute
+    CTAs, every slot of 132 SMs taken, where the kernel gives every split the same share.
+    Each with an empty, a mid-length and a 70000-token sequence."""
+    from oscar_kernels.cute import plan as cute_plan
 
-    assert cute.plan(batch, 1, 132, 8, 128, True) == (8, 8)
+    assert cute_plan.plan(batch, 1, 132, 8, 128, True) == (8, 8)
     gen = torch.Generator().manual_seed(seeds[0])
     lens = torch.randint(300, 40000, (batch,), generator=gen).tolist()
     for i, n in zip(specials, (0, 9500, 70000)):

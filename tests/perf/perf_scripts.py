@@ -2,8 +2,11 @@
 
 import importlib.util
 import os
+import sys
 
 PERF = os.path.join(os.path.dirname(__file__), "..", "..", "perf")
+if os.path.abspath(PERF) not in sys.path:     # the scripts import each other (cute_bench)
+    sys.path.insert(0, os.path.abspath(PERF))
 
 
 def load(script: str):

@@ -18,11 +18,11 @@ def test_floor_targets_and_stream_sweep():
 
 
 def test_roofline_plot_draws_the_pure_read_line(tmp_path):
-    """cute.bench --plot with --floor: one panel per (model, batch), the floor rows drawn."""
+    """cute_bench.py --plot with --floor: one panel per (model, batch), the floor rows drawn."""
     pytest.importorskip("matplotlib")
     import json
 
-    from oscar_kernels.cute.bench import plot_roofline
+    plot_roofline = load("cute_bench.py").plot_roofline
 
     rows = [dict(preset="qwen3-8b", batch=8, context=c, cute_ms=0.1 * c / 32768,
                  cute_TBps=1.5 + c / 65536, fi_TBps=4.0) for c in (32768, 65536)]

@@ -1,7 +1,5 @@
 """perf/trace_decode.py helpers that run without a GPU (the timeline itself needs an H100/H200
-and a bundle built with OSCAR_CUTE_DEBUG=trace)."""
-
-import os
+and a bundle built with ``aot build --debug trace``)."""
 
 import pytest
 import torch
@@ -20,16 +18,16 @@ def test_stats_are_order_statistics():
     assert mod._stats(torch.empty(0)) == {}
 
 
-def test_importing_does_not_switch_the_trace_allocation_on(monkeypatch):
-    monkeypatch.delenv("OSCAR_CUTE_TRACE", raising=False)
+def test_importing_does_not_switch_the_trace_allocation_on():
+    from oscar_kernels.cute import bundle
     _module()
-    assert "OSCAR_CUTE_TRACE" not in os.environ
+    assert "trace" not in bundle.debug_flags()      # the shipped bundle is no trace build
 
 
 def test_trace_offset_leaves_room_for_the_tickets():
-    from oscar_kernels import cute
+    from oscar_kernels.cute import config
     # tickets are int32 per (sequence, KV head); the trace slots start past 65536 of them
-    assert cute.TRACE_OFFSET % 64 == 0 and cute.TRACE_OFFSET // 4 >= 65536
+    assert config.TRACE_OFFSET % 64 == 0 and config.TRACE_OFFSET // 4 >= 65536
 
 
 @pytest.mark.parametrize("argv", [["--help"]])
@@ -62,12 +60,13 @@ def test_sm_idle_counts_each_sms_last_end():
 
 
 def test_trace_warp_slots_fit_between_the_cta_slots_and_the_buffer_end():
-    from oscar_kernels import cute
+    from oscar_kernels.cute import config
     # CTA slots: 128 B each from TRACE_OFFSET; warp slots: 16 B each from TRACE_WARP_OFFSET
     # past it; the host allocates TRACE_OFFSET + 16 MiB in trace mode
-    assert cute.TRACE_WARP_OFFSET % 16 == 0
-    assert cute.TRACE_WARP_OFFSET // 128 >= 65536          # CTAs before the warp slots
-    assert (16 << 20) - cute.TRACE_WARP_OFFSET >= 16 * 8 * 32768   # 32768 CTAs of 8 warps
+    assert config.TRACE_TICKET_WORDS * 4 == config.TRACE_OFFSET + (16 << 20)
+    assert config.TRACE_WARP_OFFSET % 16 == 0
+    assert config.TRACE_WARP_OFFSET // 128 >= 65536          # CTAs before the warp slots
+    assert (16 << 20) - config.TRACE_WARP_OFFSET >= 16 * 8 * 32768   # 32768 CTAs of 8 warps
 
 
 def test_dispatch_rank_follows_the_grid_order():

@@ -1,18 +1,23 @@
-"""Find and load the CuTe kernels: JIT through ``nvidia-cutlass-dsl`` when it is installed,
-else the ahead-of-time bundle built by :mod:`oscar_kernels.cute.aot`.
+"""Find and load the CuTe kernels: the ahead-of-time bundle, or JIT through
+``nvidia-cutlass-dsl``.
 
 A bundle is a directory with ``manifest.json`` and one ``lib<name>.so`` per kernel (C ABI
-``int <name>_load(void)`` and ``int <name>_run(...)``: for ``decode`` and ``decode_pair``
-(the same kernel specialized for GQA ratios <= 4) 18 int64 pointers, 18 int32, one float
-and the stream; ``merge`` 4 pointers, 7 int32 and the stream). The decode ops exist for
-CTAs of 4 warps (every head_dim) and 8 warps (``_w8``, head_dim 128; manifest ``"warps"``);
-``decode_anypage`` / ``decode_pair_anypage`` (same ABI, 4 warps) take pages whose size is
-not a multiple of 16 (bundles before session 12 lack them: such caches fall back then);
-``decode_pair_mc`` (8 warps) and ``decode_pair_ring4`` (4 and 8 warps, a 4-deep ring) are
-head_dim-128 builds of ``decode_pair`` that the host picks for some shapes when present.
-The directory is ``$OSCAR_CUTE_BUNDLE`` when set, else ``oscar_kernels/cute/prebuilt``.
-``OSCAR_CUTE_MODE=bundle`` or ``=jit`` forces one source. Nothing here needs a GPU to
-import; loading a library needs ``libcudart.so.13`` (import torch first, it loads it).
+``int <name>_load(void)`` and ``int <name>_run(...)`` with the arguments of
+:data:`~oscar_kernels.cute.config.DECODE_PTR_ARGS` / ``DECODE_INT_ARGS`` (int64 pointers,
+int32), ``scale_log2`` and the stream for the decode ops, of ``MERGE_PTR_ARGS`` /
+``MERGE_INT_ARGS`` and the stream for ``merge``). The decode ops exist for CTAs of 4 warps
+(every head_dim) and 8 warps (``_w8``, head_dim 128; manifest ``"warps"``);
+``decode_anypage`` / ``decode_pair_anypage`` (4 warps) take pages whose size is not a
+multiple of 16 (a bundle without them falls back for such caches); ``decode_pair_mc`` (8
+warps) and ``decode_pair_ring4`` (4 and 8 warps, a 4-deep ring) are head_dim-128 builds of
+``decode_pair`` that the host picks for some shapes when present. A manifest may record
+``"debug"`` flags (a debug build, :attr:`~oscar_kernels.cute.config.Int2DecodeConfig.debug`).
+
+Where kernels come from (the one selector): ``$OSCAR_CUTE_BUNDLE``, when set, names the
+bundle directory to load; unset, kernels JIT-compile when ``nvidia-cutlass-dsl`` is
+installed, else come from the shipped bundle ``oscar_kernels/cute/prebuilt``. Nothing here
+needs a GPU to import; loading a library needs ``libcudart.so.13`` (import torch first, it
+loads it).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import threading
 from typing import Callable
 
 from ..errors import BackendUnavailableError
+from .config import DECODE_INT_ARGS, DECODE_PTR_ARGS, MERGE_INT_ARGS, MERGE_PTR_ARGS
 
 log = logging.getLogger(__name__)
 
@@ -35,11 +41,13 @@ log = logging.getLogger(__name__)
 #: space (every split applies R_V^T), the merge kernel takes no rotation
 BUNDLE_FORMAT = 3
 #: C argument types of each kernel, in order (pointers as int64, then ints, floats, stream).
-_DECODE_ARGS = [ctypes.c_int64] * 18 + [ctypes.c_int32] * 18 + [ctypes.c_float, ctypes.c_void_p]
+_DECODE_ARGS = ([ctypes.c_int64] * len(DECODE_PTR_ARGS) + [ctypes.c_int32] * len(DECODE_INT_ARGS)
+                + [ctypes.c_float, ctypes.c_void_p])
 _ARGTYPES = {
     "decode": _DECODE_ARGS,
     "decode_pair": _DECODE_ARGS,        # the same launcher, specialized for GQA <= 4
-    "merge": [ctypes.c_int64] * 4 + [ctypes.c_int32] * 7 + [ctypes.c_void_p],
+    "merge": ([ctypes.c_int64] * len(MERGE_PTR_ARGS) + [ctypes.c_int32] * len(MERGE_INT_ARGS)
+              + [ctypes.c_void_p]),
     "decode_anypage": _DECODE_ARGS,     # pages of any size (not a multiple of 16)
     "decode_pair_anypage": _DECODE_ARGS,
     "decode_pair_mc": _DECODE_ARGS,     # the wide pair build with merge CTAs (8 warps)
@@ -75,9 +83,13 @@ _lock = threading.Lock()
 _cache: dict[str, Callable] = {}
 
 
+#: The one environment variable the package reads: a bundle directory to load kernels from.
+BUNDLE_ENV = "OSCAR_CUTE_BUNDLE"
+
+
 def bundle_dir() -> str:
-    return os.environ.get("OSCAR_CUTE_BUNDLE") or os.path.join(os.path.dirname(__file__),
-                                                                "prebuilt")
+    """The bundle directory: ``$OSCAR_CUTE_BUNDLE``, else the shipped ``prebuilt``."""
+    return os.environ.get(BUNDLE_ENV) or os.path.join(os.path.dirname(__file__), "prebuilt")
 
 
 def kernel_name(op: str, head_dim: int, warps: int = 4) -> str:
@@ -99,10 +111,10 @@ def cutlass_available() -> bool:
 
 
 def mode() -> str:
-    """``"jit"`` or ``"bundle"``: where kernels come from in this process."""
-    forced = os.environ.get("OSCAR_CUTE_MODE", "")
-    if forced in ("jit", "bundle"):
-        return forced
+    """``"jit"`` or ``"bundle"``: where kernels come from in this process (a bundle when
+    ``$OSCAR_CUTE_BUNDLE`` is set or ``nvidia-cutlass-dsl`` is not installed)."""
+    if os.environ.get(BUNDLE_ENV):
+        return "bundle"
     return "jit" if cutlass_available() else "bundle"
 
 
@@ -187,6 +199,19 @@ def has_kernel(op: str, head_dim: int, warps: int = 4) -> bool:
     return found
 
 
+def debug_flags() -> frozenset:
+    """The debug flags the kernels of this process were built with (a bundle's manifest
+    ``"debug"``; none in JIT mode or for a bundle without the key). The launcher makes room
+    for the trace stamps when ``"trace"`` is among them."""
+    if mode() == "jit":
+        return frozenset()
+    try:
+        _, manifest, _ = _manifest_entry()
+    except BackendUnavailableError:
+        return frozenset()
+    return frozenset(manifest.get("debug", ()))
+
+
 def _load_bundle_kernel(op: str, head_dim: int, warps: int) -> Callable:
     name = kernel_name(op, head_dim, warps)
     manifest = read_manifest()
@@ -220,7 +245,9 @@ def _load_jit_kernel(op: str, head_dim: int, warps: int) -> Callable:
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
     import cuda.bindings.driver as cuda
 
-    from .int2_decode_sm90 import Int2DecodeConfig, compile_decode, compile_merge
+    from .config import Int2DecodeConfig
+    from .decode_sm90 import compile_decode
+    from .merge_sm90 import compile_merge
 
     options = build_options(op, head_dim, warps)
     if options is None:

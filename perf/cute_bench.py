@@ -1,24 +1,26 @@
 """Timing of the CuTe INT2 decode kernel (and the Triton INT2 kernel) on synthetic caches.
 
-    PYTHONPATH=. python -m oscar_kernels.cute.bench --model qwen3-8b --batch 1 8 \\
+    PYTHONPATH=. python perf/cute_bench.py --model qwen3-8b --batch 1 8 \\
         --context 8192 32768 --out perf/results/cute_decode_smoke
 
 Caches hold random codes, positive random fp16 scales and BF16 windows (timing does not
 depend on the values). Each op is timed by perf/harness.py (CUDA-graph replay, cold L2,
 median). Bytes are what the kernel must read: INT2 codes+params of every INT2-region
 token, BF16 window rows, plus q and o. The CuTe decode gets each case's context as its
-length hint (``max_kv_len``); ``OSCAR_CUTE_LENGTH_HINT=0`` plans it from the shapes only.
+length hint (``max_kv_len``); ``--no-length-hint`` plans it from the shapes only.
+Other scripts import :data:`MODELS` and :func:`make_cache` from here.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 #: (query heads, KV heads, head_dim) per GPU: GQA 4, GQA 8, GQA 3 at head_dim 64, and MHA
 MODELS = {"qwen3-8b": (32, 8, 128), "llama3-70b-tp8": (8, 1, 128), "smollm2": (9, 3, 64),
@@ -140,6 +142,8 @@ def main(argv=None) -> int:
     ap.add_argument("--warps", type=int, default=None, choices=[4, 8],
                     help="time the cute backend (and --breakdown / --splits) with CTAs of "
                          "this many warps (default: the plan's choice, oscar_kernels.cute.plan)")
+    ap.add_argument("--no-length-hint", action="store_true",
+                    help="plan the CuTe decode from the shapes only (max_kv_len=None)")
     ap.add_argument("--plot", nargs=2, metavar=("BENCH_DECODE_JSON", "PNG"),
                     help="only draw the roofline PNG from a perf/bench_decode.py result")
     ap.add_argument("--floor", default=None, metavar="FLOOR_JSON",
@@ -148,8 +152,7 @@ def main(argv=None) -> int:
     if a.plot:
         plot_roofline(*a.plot, a.floor)
         return 0
-    sys.path.insert(0, os.getcwd())
-    from perf.harness import env_header, measure_read_bandwidth, time_cuda, tbps
+    from harness import env_header, measure_read_bandwidth, tbps, time_cuda
 
     from oscar_kernels import CacheSpec, LayerRotation, ops
 
@@ -164,19 +167,20 @@ def main(argv=None) -> int:
             if spec.int2_bytes_per_token * b * n > a.max_bytes:
                 continue
             cache, table = make_cache(spec, b, n, dev, a.page_order)
+            hint = None if a.no_length_hint else n
             q = torch.randn(b, hq, d, dtype=torch.bfloat16, device=dev)
             nbytes = bytes_moved(spec, b, n, hq)
             row = {"model": a.model, "batch": b, "context": n, "page_size": a.page_size,
                    "page_order": a.page_order, "kv_layout": a.kv_layout, "bytes": nbytes}
             if a.breakdown:
-                from oscar_kernels import cute
+                from oscar_kernels.cute.launch import decode_steps
 
                 rk, rv = rot.per_head(h)
                 for ns in [None] + a.splits:
                     out = torch.empty_like(q)
-                    steps, _ = cute.decode_steps(q, cache, *table, rk, rv, d ** -0.5, out=out,
-                                                 num_splits=ns, warps=a.warps,
-                                                 max_kv_len=n)
+                    steps, _ = decode_steps(q, cache, *table, rk, rv, d ** -0.5, out=out,
+                                            num_splits=ns, warps=a.warps,
+                                            max_kv_len=hint)
                     for name, fn in steps:
                         fn()
                     key = "auto" if ns is None else f"ns{ns}"
@@ -192,13 +196,13 @@ def main(argv=None) -> int:
                 try:
                     fn = lambda: ops.paged_decode_attention(q, cache, *table, rot, out=out,  # noqa
                                                             backend=be, check_bounds=False,
-                                                            max_kv_len=n)
+                                                            max_kv_len=hint)
                     if be == "cute" and a.warps is not None:
-                        from oscar_kernels import cute
+                        from oscar_kernels.cute.launch import decode
 
                         rk, rv = rot.per_head(h)
-                        fn = lambda: cute.decode(q, cache, *table, rk, rv, d ** -0.5,  # noqa
-                                                 out=out, warps=a.warps, max_kv_len=n)
+                        fn = lambda: decode(q, cache, *table, rk, rv, d ** -0.5,  # noqa
+                                            out=out, warps=a.warps, max_kv_len=hint)
                     fn()
                     t = time_cuda(fn, warmup=5, rep=a.rep, graph=True, cold_l2=True)
                     row[f"{be}_ms"] = t["median_ms"]

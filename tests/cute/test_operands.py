@@ -1,9 +1,10 @@
-"""The operand encodings of the CuTe decode kernel, checked bit-exactly on the CPU against
-the packed format of :func:`oscar_kernels.reference.quant.pack_codes`.
+"""The operands of the CuTe decode kernel (:mod:`oscar_kernels.cute.operands`): the rotations
+in MMA-fragment order, and the code encodings checked bit-exactly on the CPU against the
+packed format of :func:`oscar_kernels.reference.quant.pack_codes`.
 
 The kernel itself runs only on sm_90 (``test_cute_gpu.py``); these tests pin the integer
 and floating-point identities its unpack relies on (see the module docstring of
-``oscar_kernels/cute/int2_decode_sm90.py``), so that a change of the format or of a mask
+``oscar_kernels/cute/decode_sm90.py``), so that a change of the format or of a mask
 constant fails here first:
 
 * fp16 operands: ``w & mask_i`` read as an fp16 pair is ``4^i * code * 2^-24`` (a subnormal),
@@ -14,7 +15,7 @@ constant fails here first:
   inside int32;
 * the same QK on unmasked operands ``w * 4^(3-i) mod 2^32``, all four quarters or all but
   quarter 3 (the forms of ``k_operand_form``): with the query of
-  :func:`oscar_kernels.cute.unmasked_k_query` the dot products equal ``64 * q' . codes``
+  :func:`oscar_kernels.cute.operands.unmasked_k_query` the dot products equal ``64 * q' . codes``
   exactly, and after the int8 split the error stays below ``D * 255 / 64 * max|Q| / 65024``
   with ``256 * S_hi + S_lo`` inside int32.
 """
@@ -24,7 +25,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from oscar_kernels.cute import unmasked_k_query
+from oscar_kernels.cute import operands
+from oscar_kernels.cute.operands import unmasked_k_query
 from oscar_kernels.reference.quant import pack_codes
 
 QUARTER_MASK = (0x00030003, 0x000C000C, 0x00300030, 0x00C000C0)
@@ -179,3 +181,39 @@ def test_unmasked_k_int8_split_error_bound(outlier, top):
         want = (codes.to(torch.float64) * q.to(torch.float64)).sum(-1)
         bound = d * 255 / 64 * float(mx) / 65024 * (1 + 1e-3)
         assert float((got - want).abs().max()) <= bound
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("shared", [True, False])
+@pytest.mark.parametrize("transpose", [True, False])
+def test_mma_operand_is_the_fragment_layout(d, shared, transpose):
+    """``mma_operand``: element ``((mt * d/16 + ks) * 32 + lane) * 4 + r`` of head h is the
+    fp16 pair (A[m, k], A[m, k + 1]) of A = R^T (``transpose``) or R, with
+    m = 16 mt + lane // 4 + 8 (r % 2), k = 16 ks + 2 (lane % 4) + 8 (r // 2): the A
+    fragment of mma.m16n8k16."""
+    h = 3
+    g = torch.Generator().manual_seed(d + shared)
+    base = torch.linalg.qr(torch.randn(1 if shared else h, d, d, generator=g,
+                                       dtype=torch.float64))[0].float()
+    rot = base.expand(h, d, d) if shared else base
+    frag, stride = operands.mma_operand(rot, transpose)
+    assert frag.dtype == torch.int32 and frag.shape == (1 if shared else h, d * d // 2)
+    assert stride == (0 if shared else d * d // 2)
+    pairs = frag.view(torch.float16).view(frag.shape[0], d // 16, d // 16, 32, 4, 2)
+    a16 = rot[: frag.shape[0]]
+    a16 = (a16.transpose(-1, -2) if transpose else a16).to(torch.float16)
+    lanes = torch.arange(32)
+    for r in range(4):
+        m = (16 * torch.arange(d // 16)[:, None, None] + (lanes // 4)[None, None, :]
+             + 8 * (r % 2))
+        k = (16 * torch.arange(d // 16)[None, :, None] + 2 * (lanes % 4)[None, None, :]
+             + 8 * (r // 2))
+        m, k = torch.broadcast_tensors(m, k)
+        for p in range(2):
+            assert torch.equal(pairs[:, :, :, :, r, p], a16[:, m, k + p])
+    # cached per source tensor; an in-place update of the source is never served stale
+    assert operands.mma_operand(rot, transpose)[0] is frag
+    base.mul_(-1.0)
+    rot = base.expand(h, d, d) if shared else base
+    frag2, _ = operands.mma_operand(rot, transpose)
+    assert torch.equal(frag2.view(torch.float16), -frag.view(torch.float16))
