@@ -745,7 +745,7 @@ class Int2PagedDecodeSm90(DecodeRing, DecodeRotation, DecodeChunk, DecodeWindow,
 
     @cute.jit
     def _trace_dep(self, counter_ptr, cta, k: int, tidx, dep):
-        """Debug (``OSCAR_CUTE_DEBUG=trace,pro`` builds only): as :func:`_trace`, slot ``k``
+        """Debug (``trace,pro`` builds only: ``aot build --debug trace,pro``): as :func:`_trace`, slot ``k``
         (11-15: the prologue's loads), taken in a branch on ``dep`` (a value just loaded), so
         the timer is read once that load has arrived. Callers guard the call with ``self.trace_pro``
         (so ``dep`` is not even formed in other builds)."""
