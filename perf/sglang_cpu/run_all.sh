@@ -4,13 +4,13 @@
 #
 #   perf/sglang_cpu/run_all.sh [OUT_DIR]      # default results/sglang/serve_smollm2_cpu
 #
-# Needs: /work/venv-sglang (sglang 0.5.23 + this repo editable), the checkpoint made by
-# perf/sglang_cpu/make_checkpoint.sh in $MODEL (default /work/smollm2_hf).
+# Needs: a venv with sglang 0.5.23 + this repo editable), the checkpoint made by
+# perf/sglang_cpu/make_checkpoint.sh in $MODEL (default ./smollm2_hf).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-PY=${PY:-/work/venv-sglang/bin/python}
+PY=${PY:-python3}
 OUT=${1:-results/sglang/serve_smollm2_cpu}
-MODEL=${MODEL:-/work/smollm2_hf}
+MODEL=${MODEL:-smollm2_hf}
 N=${N:-48}
 mkdir -p "$OUT" "$OUT/logs"
 export PYTHONPATH=$PWD/perf/sglang_cpu/shim${PYTHONPATH:+:$PYTHONPATH}

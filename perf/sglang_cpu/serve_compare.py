@@ -79,7 +79,7 @@ def build_prompts(tokenizer, shk_tokens: int = 320) -> list[tuple[str, list[int]
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="/work/smollm2_hf")
+    ap.add_argument("--model", default="smollm2_hf")
     ap.add_argument("--kv", choices=("bf16", "int2"), required=True)
     ap.add_argument("--mode", choices=("batch", "seq"), default="batch",
                     help="batch: all prompts in one generate call; seq: one request at a time")
