@@ -48,10 +48,12 @@ def atomic_output(path: str | os.PathLike) -> Iterator[str]:
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}."
                                   f"{secrets.token_hex(4)}.tmp")
     os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+    mode = os.stat(tmp).st_mode & 0o777  # 0o666 less the umask, whoever rewrites tmp
     try:
         yield tmp
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
