@@ -50,7 +50,7 @@ OSCAR and kv-cov on held-out Macbeth and The Tempest: perplexity, KL, top-1 and 
 examples:
   oscar-kv demo
       about 6 minutes on an idle 2-core CPU; writes ./oscar-kv-demo/
-  oscar-kv demo --out-dir /tmp/demo --force
+  oscar-kv demo --out-dir my-demo --force
       reuse a folder that holds an earlier run
   oscar-kv demo --full
       the evaluation size of the published table (6 windows, 60 passkey prompts per
