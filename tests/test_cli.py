@@ -108,6 +108,14 @@ def test_unreadable_artifacts_are_usage_errors(tmp_path, capsys):
         _one_line_error(capsys, str(path))
     assert cli.main(["eval", "--rotations", f"mine={tmp_path / 'absent.safetensors'}"]) == 2
     _one_line_error(capsys, "does not exist")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    assert cli.main(["eval", "--rotations", str(folder)]) == 2       # no artifact in it
+    _one_line_error(capsys, "--rotations", ".safetensors")
+    (folder / "a.safetensors").write_bytes(open(good, "rb").read())
+    (folder / "b.safetensors").write_bytes(b"not an artifact")
+    assert cli.main(["eval", "--rotations", str(folder)]) == 2
+    _one_line_error(capsys, "b.safetensors")
 
 
 # ---------------------------------------------------------------- runtime errors
@@ -188,6 +196,20 @@ def test_output_options_before_or_after_the_command(argv, no_progress, quiet, fa
     fake_run(lambda args: seen.append((args.no_progress, args.quiet, args.verbose)) or 0)
     assert cli.main([*argv, "--out", str(tmp_path / "r.safetensors")]) == 0
     assert seen == [(no_progress, quiet, False)]
+
+
+@pytest.mark.parametrize("options, level", [
+    ({}, "INFO"), ({"quiet": True}, "WARNING"), ({"verbose": True}, "DEBUG")])
+def test_quiet_and_verbose_set_the_package_log_level(options, level):
+    import logging
+
+    logger = logging.getLogger("oscar_kernels")
+    before = logger.level
+    try:
+        cli.configure_output(no_progress=False, **options)
+        assert logging.getLevelName(logger.getEffectiveLevel()) == level
+    finally:
+        logger.setLevel(before)
 
 
 _NOISY = r"""

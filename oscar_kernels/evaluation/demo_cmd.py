@@ -131,9 +131,9 @@ def prepare_out_dir(path: str) -> str:
     return path
 
 
-def _sub_args(module, argv: list[str], args) -> argparse.Namespace:
+def _sub_args(name: str, module, argv: list[str], args) -> argparse.Namespace:
     """Parse ``argv`` with ``module``'s arguments; carry over the output options."""
-    parser = argparse.ArgumentParser(prog=f"oscar-kv {module.__name__.rsplit('.', 1)[-1]}")
+    parser = argparse.ArgumentParser(prog=f"oscar-kv {name}")
     module.add_arguments(parser)
     sub = parser.parse_args(argv)
     sub.no_progress = getattr(args, "no_progress", False)
@@ -169,7 +169,7 @@ def run(args) -> int:
     prepare_out_dir(args.out_dir)
     rot_dir = os.path.join(args.out_dir, "rotations")
     cal = calibrate_argv(args, rot_dir)
-    cal_args = _sub_args(calibrate_cmd, cal, args)
+    cal_args = _sub_args("calibrate", calibrate_cmd, cal, args)
     calibrate_cmd.check_args(cal_args)
     print(f"[1/2] oscar-kv calibrate {' '.join(cal)}", flush=True)
     rc = calibrate_cmd.run(cal_args)
@@ -177,7 +177,7 @@ def run(args) -> int:
         return rc
     t_cal = time.perf_counter() - t0
     ev = eval_argv(args, rot_dir)
-    eval_args = _sub_args(eval_cmd, ev, args)
+    eval_args = _sub_args("eval", eval_cmd, ev, args)
     eval_cmd.check_args(eval_args)
     print(f"[2/2] oscar-kv eval {' '.join(ev)} (calibration took {t_cal:.0f} s)", flush=True)
     rc = eval_cmd.run(eval_args)

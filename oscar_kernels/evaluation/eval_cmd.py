@@ -126,7 +126,7 @@ def check_args(args) -> None:
     """Checks across arguments and of the artifacts' files, before any model loads."""
     from ..errors import expect
     from ..rotation import RotationArtifact
-    from .methods import parse_rotation_arg
+    from .methods import artifact_files, parse_rotation_arg
 
     contexts_of(args)
     expect(args.tail_start < args.ctx, "--tail-start", f"an int in [1, --ctx={args.ctx})",
@@ -135,8 +135,8 @@ def check_args(args) -> None:
         _, path = parse_rotation_arg(text)
         if not os.path.exists(path):
             raise FileNotFoundError(f"--rotations: {path} does not exist")
-        if os.path.isfile(path):
-            RotationArtifact.load(path)
+        for p in artifact_files(path):
+            RotationArtifact.load(p)
 
 
 def check_model_limits(args, max_positions: int | None) -> None:

@@ -119,6 +119,16 @@ def parse_rotation_arg(text: str) -> tuple[str | None, str]:
     return None, text
 
 
+def artifact_files(path: str) -> list[str]:
+    """The artifact files one ``--rotations`` path names: the file itself, or every
+    ``*.safetensors`` in a directory (sorted)."""
+    paths = ([os.path.join(path, f) for f in sorted(os.listdir(path))
+              if f.endswith(".safetensors")] if os.path.isdir(path) else [path])
+    expect(len(paths) > 0, "--rotations", "a file or a directory with .safetensors files",
+           path)
+    return paths
+
+
 def load_rotations(specs: Sequence[str], fingerprint) -> dict[str, tuple[RotationArtifact, str]]:
     """Load ``--rotations`` entries (``PATH`` or ``NAME=PATH``; a directory loads every
     ``*.safetensors`` in it), check each against the model; name defaults to the
@@ -126,10 +136,7 @@ def load_rotations(specs: Sequence[str], fingerprint) -> dict[str, tuple[Rotatio
     out: dict[str, tuple[RotationArtifact, str]] = {}
     for text in specs:
         name, path = parse_rotation_arg(text)
-        paths = ([os.path.join(path, f) for f in sorted(os.listdir(path))
-                  if f.endswith(".safetensors")] if os.path.isdir(path) else [path])
-        expect(len(paths) > 0, "--rotations", "a file or a directory with .safetensors files",
-               path)
+        paths = artifact_files(path)
         for p in paths:
             art = RotationArtifact.load(p)
             art.check_model(fingerprint)

@@ -13,6 +13,7 @@ import pytest
 from oscar_kernels import cli
 from oscar_kernels.calibration import calibrate_cmd
 from oscar_kernels.evaluation import demo_cmd, eval_cmd
+from oscar_kernels.rotation import ModelFingerprint, RotationArtifact
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 
@@ -45,8 +46,7 @@ def steps(monkeypatch):
         calls.append(("calibrate", args))
         for path in calibrate_cmd.artifact_paths(args)[:3]:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            with open(path, "wb") as f:
-                f.write(b"artifact")
+            RotationArtifact.hadamard(ModelFingerprint(2, 2, 4, 16)).save(path)
         return 0
 
     def evaluate(args):
