@@ -33,7 +33,6 @@ CLIP_POLICIES = ("fixed", "searched")
 METHOD_NAMES = {"identity": "naive"}
 
 
-# ------------------------------------------------------------------------ methods
 @dataclass
 class Method:
     """One row of the table: how K/V are stored and read.
