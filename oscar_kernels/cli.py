@@ -22,6 +22,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import traceback
 import warnings
 from collections.abc import Sequence
@@ -156,18 +157,10 @@ def _on_sigterm(signum, frame):
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``oscar-kv`` with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in argv
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main_thread else None
     try:
-        args = build_parser().parse_args(argv)
-    except UsageError as exc:
-        return _fail(EXIT_USAGE, str(exc), False)
-    except SystemExit as exc:  # --help, --version
-        return exc.code if isinstance(exc.code, int) else 0
-    module = args._module
-    args.no_progress = args.no_progress or args.quiet or not sys.stderr.isatty()
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    try:
-        return _run(module, args, debug)
+        return _parse_and_run(argv)
     except Terminated:
         print("terminated", file=sys.stderr, flush=True)
         return EXIT_SIGTERM
@@ -175,7 +168,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("interrupted", file=sys.stderr, flush=True)
         return EXIT_SIGINT
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _parse_and_run(argv: list[str]) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+    except UsageError as exc:
+        return _fail(EXIT_USAGE, str(exc), False)
+    except SystemExit as exc:  # --help, --version
+        return exc.code if isinstance(exc.code, int) else 0
+    args.no_progress = args.no_progress or args.quiet or not sys.stderr.isatty()
+    return _run(args._module, args, args.debug)
 
 
 def _run(module, args, debug: bool) -> int:
