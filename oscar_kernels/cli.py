@@ -17,6 +17,7 @@ them up and owns the manners every subcommand shares:
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import logging
 import os
@@ -116,8 +117,8 @@ def configure_output(*, no_progress: bool, quiet: bool = False, verbose: bool = 
     logging.getLogger("oscar_kernels").setLevel(level)
     if not no_progress:
         return
+    _disable_tqdm()
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
-    os.environ["TQDM_DISABLE"] = "1"
     os.environ["TRANSFORMERS_VERBOSITY"] = "error"
     os.environ["TRANSFORMERS_NO_ADVISORY_WARNINGS"] = "1"
     warnings.filterwarnings("ignore")
@@ -136,6 +137,17 @@ def configure_output(*, no_progress: bool, quiet: bool = False, verbose: bool = 
         disable_progress_bars()
     except ImportError:
         pass
+
+
+def _disable_tqdm() -> None:
+    """Every tqdm bar off: ``TQDM_DISABLE`` for a tqdm imported from now on (it reads its
+    environment at import), ``disable=True`` as the default of one already imported
+    (libraries such as transformers' GGUF loader draw bars with it directly)."""
+    os.environ["TQDM_DISABLE"] = "1"
+    std = sys.modules.get("tqdm.std")
+    if std is not None and not getattr(std.tqdm, "_disabled_by_oscar_kv", False):
+        std.tqdm.__init__ = functools.partialmethod(std.tqdm.__init__, disable=True)
+        std.tqdm._disabled_by_oscar_kv = True
 
 
 def _one_line(exc: BaseException) -> str:

@@ -214,10 +214,13 @@ def test_quiet_and_verbose_set_the_package_log_level(options, level):
 
 _NOISY = r"""
 import logging, warnings, sys
+from tqdm import tqdm as early_tqdm                  # imported before the options apply
 from oscar_kernels import cli
 cli.configure_output(no_progress=%s)
 from tqdm.auto import tqdm
 for _ in tqdm(range(3), desc="bar"):
+    pass
+for _ in early_tqdm(range(3), desc="early"):
     pass
 warnings.warn("a library warning")
 import transformers
@@ -239,7 +242,8 @@ def test_no_progress_silences_bars_and_library_warnings(no_progress):
     r = subprocess.run([sys.executable, "-c", _NOISY % no_progress], capture_output=True,
                        text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stderr
-    noisy = ("bar", "a library warning", "hf warning", "hub bar", "transformers bar")
+    noisy = ("bar", "early", "a library warning", "hf warning", "hub bar",
+             "transformers bar")
     if no_progress:
         assert not any(n in r.stderr for n in noisy), r.stderr
     else:
