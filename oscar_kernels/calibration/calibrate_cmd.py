@@ -142,9 +142,10 @@ def check_args(args) -> None:
     """Checks across arguments, before any model loads: an existing artifact is replaced
     only with ``--force``."""
     if not args.force:
-        for path in artifact_paths(args):
+        for i, path in enumerate(artifact_paths(args)):
             if os.path.exists(path):
-                raise FileExistsError(f"{path} exists; pass --force to replace it")
+                option = "--out" if i == 0 else "--out-dir"
+                raise FileExistsError(f"{option}: {path} exists; pass --force to replace it")
 
 
 def _peak_rss_mib() -> float:
