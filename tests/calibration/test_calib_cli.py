@@ -115,6 +115,13 @@ def test_calibrate_cli_refuses_to_replace_an_artifact_without_force(tiny_dir, tm
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--force" in err
     assert out.read_bytes() == b"earlier artifact"
+    (tmp_path / "all").mkdir()
+    (tmp_path / "all" / "oscar.safetensors").write_bytes(b"earlier")
+    assert main(_args(tiny_dir, tmp_path / "new.safetensors", "--out-dir",
+                      str(tmp_path / "all"))) == 2
+    assert "--out-dir" in capsys.readouterr().err
+    (tmp_path / "all" / "oscar.safetensors").unlink()
+    (tmp_path / "all").rmdir()
     assert main(_args(tiny_dir, out, "--clip", "fixed", "--force")) == 0
     assert RotationArtifact.load(out).method == "kv-cov"
     assert sorted(p.name for p in tmp_path.iterdir()) == [
