@@ -10,9 +10,12 @@ and calibration provenance.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import secrets
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -23,6 +26,45 @@ from .spec import DEFAULT_K_CLIP, DEFAULT_V_CLIP, FORMAT_VERSION, is_power_of_tw
 
 ORTHOGONALITY_TOL = 1e-4
 METADATA_KEY = "oscar"
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike) -> Iterator[str]:
+    """Write a file atomically: yield a temporary path next to ``path`` to write to.
+
+    When the block ends normally the temporary file is fsync'd and renamed onto ``path``
+    (``os.replace``: readers see the old file or the new one, never a partial one); when
+    it raises (``KeyboardInterrupt`` included) the temporary file is removed and ``path``
+    is left as it was.
+
+    Examples
+    --------
+    >>> with atomic_output("notes.txt") as tmp:            # doctest: +SKIP
+    ...     with open(tmp, "w") as f:
+    ...         f.write("done")
+    """
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}."
+                                  f"{secrets.token_hex(4)}.tmp")
+    os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+    mode = os.stat(tmp).st_mode & 0o777  # 0o666 less the umask, whoever rewrites tmp
+    try:
+        yield tmp
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):  # make the rename itself durable
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 @dataclass(frozen=True)
@@ -176,6 +218,8 @@ class RotationArtifact:
 
     # ---------------------------------------------------------------- file i/o
     def save(self, path: str | os.PathLike) -> None:
+        """Validate and write the artifact to ``path`` atomically (:func:`atomic_output`):
+        an interrupted save leaves no partial file and keeps an existing one intact."""
         from safetensors.torch import save_file
 
         self.validate()
@@ -195,7 +239,8 @@ class RotationArtifact:
             "v_clip": [float(lr.v_clip) for lr in self.layers],
             "provenance": self.provenance,
         }
-        save_file(tensors, os.fspath(path), metadata={METADATA_KEY: json.dumps(header)})
+        with atomic_output(path) as tmp:
+            save_file(tensors, tmp, metadata={METADATA_KEY: json.dumps(header)})
 
     @classmethod
     def load(cls, path: str | os.PathLike, *, validate: bool = True) -> "RotationArtifact":

@@ -4,5 +4,6 @@ clip ratios, measure the attention-output error (``oscar-kv calibrate``).
 Modules: :mod:`.data` (models and texts), :mod:`.capture` (the AttentionInterface hook),
 :mod:`.stats` (streaming float64 statistics), :mod:`.fit` (OSCAR and baseline
 rotations), :mod:`.attn_error` (window-rule error, clip search), :mod:`.pipeline`,
-:mod:`.report`, :mod:`.calibrate_cmd`. See docs/calibration.md.
+:mod:`.report`, :mod:`.arguments` (command-line argument types), :mod:`.calibrate_cmd`.
+See docs/calibration.md.
 """

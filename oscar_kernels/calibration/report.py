@@ -6,6 +6,7 @@ import json
 import os
 from collections.abc import Sequence
 
+from ..rotation import atomic_output
 from .pipeline import CLIP_POLICIES, LayerResult
 
 
@@ -95,11 +96,12 @@ def to_markdown(results: dict[str, list[LayerResult]], meta: dict) -> str:
 
 def write_report(results: dict[str, list[LayerResult]], meta: dict, path_prefix: str
                  ) -> tuple[str, str]:
-    """Write ``{path_prefix}.md`` and ``{path_prefix}.json``; return both paths."""
+    """Write ``{path_prefix}.md`` and ``{path_prefix}.json`` (each atomically); return
+    both paths."""
     os.makedirs(os.path.dirname(os.path.abspath(path_prefix)), exist_ok=True)
     md, js = path_prefix + ".md", path_prefix + ".json"
-    with open(md, "w", encoding="utf-8") as f:
+    with atomic_output(md) as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write(to_markdown(results, meta))
-    with open(js, "w", encoding="utf-8") as f:
+    with atomic_output(js) as tmp, open(tmp, "w", encoding="utf-8") as f:
         json.dump(to_json(results, meta), f, indent=1)
     return md, js

@@ -11,7 +11,7 @@ import torch
 
 from calib_models import tiny_model, tiny_tokenizer
 from oscar_kernels.calibration import data
-from oscar_kernels.calibration.cli import main
+from oscar_kernels.cli import main
 from oscar_kernels.rotation import RotationArtifact
 
 
@@ -95,15 +95,37 @@ def test_calibrate_cli_clip_minimum(tiny_dir, tmp_path):
     assert art.provenance["clip_search_min"] == {"k": 1.0, "v": 0.9}
 
 
-def test_calibrate_cli_rejects_bad_arguments(tiny_dir, tmp_path):
-    with pytest.raises(ValueError, match="--k-clip-min"):
-        main(_args(tiny_dir, tmp_path / "x.safetensors", "--k-clip-min", "1.5"))
-    with pytest.raises(ValueError, match="--tokens"):
-        main(_args(tiny_dir, tmp_path / "x.safetensors")[:-1] + ["--tokens", "0"])
-    with pytest.raises(ValueError, match="--group-size"):
-        main(_args(tiny_dir, tmp_path / "x.safetensors", "--group-size", "12"))
-    with pytest.raises(FileNotFoundError, match="model path"):
-        main(["calibrate", "--model", str(tmp_path / "nope"), "--no-progress"])
+@pytest.mark.parametrize("extra, code, needle", [
+    (["--k-clip-min", "1.5"], 2, "--k-clip-min"),
+    (["--tokens", "0"], 2, "--tokens"),
+    (["--group-size", "12"], 1, "--group-size"),       # must divide head_dim: known at run
+])
+def test_calibrate_cli_rejects_bad_arguments(tiny_dir, tmp_path, capsys, extra, code, needle):
+    assert main(_args(tiny_dir, tmp_path / "x.safetensors", *extra)) == code
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("oscar-kv: error: ") and needle in err and "\n" not in err
+    assert not (tmp_path / "x.safetensors").exists()
+
+
+def test_calibrate_cli_refuses_to_replace_an_artifact_without_force(tiny_dir, tmp_path,
+                                                                    capsys):
+    out = tmp_path / "r.safetensors"
+    out.write_bytes(b"earlier artifact")
+    assert main(_args(tiny_dir, out, "--clip", "fixed")) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--force" in err
+    assert out.read_bytes() == b"earlier artifact"
+    (tmp_path / "all").mkdir()
+    (tmp_path / "all" / "oscar.safetensors").write_bytes(b"earlier")
+    assert main(_args(tiny_dir, tmp_path / "new.safetensors", "--out-dir",
+                      str(tmp_path / "all"))) == 2
+    assert "--out-dir" in capsys.readouterr().err
+    (tmp_path / "all" / "oscar.safetensors").unlink()
+    (tmp_path / "all").rmdir()
+    assert main(_args(tiny_dir, out, "--clip", "fixed", "--force")) == 0
+    assert RotationArtifact.load(out).method == "kv-cov"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "r.report.json", "r.report.md", "r.safetensors"]        # no temporary files left
 
 
 def test_default_texts_are_disjoint_plays():

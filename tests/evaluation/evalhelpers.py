@@ -33,3 +33,17 @@ def tiny_llama(seed=0, head_dim=16, num_layers=2, max_positions=512):
             layer.self_attn.k_proj.weight.mul_(4.0)
             layer.self_attn.v_proj.weight.mul_(4.0)
     return model
+
+
+def save_checkpoint(directory, seed=0, **kw):
+    """Write ``tiny_llama`` and a character-level fast tokenizer over ``VOCAB`` to
+    ``directory`` (loadable with ``oscar_kernels.calibration.data.load_model``)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {c: i for i, c in enumerate(VOCAB)} | {"<s>": CharTokenizer.bos_token_id}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=VOCAB[0]))
+    tok.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>").save_pretrained(directory)
+    tiny_llama(seed=seed, **kw).save_pretrained(directory)
+    return directory

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from oscar_kernels.calibration.kivi import (KiviLayerRule, kivi_bits, kivi_full_masks,
+from oscar_kernels.evaluation.kivi import (KiviLayerRule, kivi_bits, kivi_full_masks,
                                             kivi_quantize_keys, kivi_quantize_values)
 
 

@@ -1,5 +1,5 @@
-"""Evaluation pipeline on a tiny random Llama: bf16 is the unmodified model, the metrics
-mean what they say, the outputs are written, bad inputs raise typed errors."""
+"""Evaluation on a tiny random Llama: bf16 is the unmodified model, the metrics mean what
+they say, the outputs are written, bad inputs raise typed errors."""
 
 import argparse
 import json
@@ -11,11 +11,10 @@ import torch
 
 from evalhelpers import tiny_llama
 from oscar_kernels import RotationArtifact
-from oscar_kernels.calibration import eval_cmd
-from oscar_kernels.calibration.evaluate import (Method, build_methods, build_rows,
-                                                load_rotations, markdown_table,
-                                                method_logits, run_perplexity,
-                                                write_outputs)
+from oscar_kernels.evaluation import eval_cmd
+from oscar_kernels.evaluation.methods import Method, build_methods, load_rotations
+from oscar_kernels.evaluation.metrics import method_logits, run_perplexity
+from oscar_kernels.evaluation.report import build_rows, markdown_table, write_outputs
 from oscar_kernels.integrations.transformers import model_fingerprint
 
 pytest.importorskip("transformers")
@@ -106,35 +105,57 @@ def test_perplexity_kl_top1_and_outputs(tmp_path, gen):
     assert "its first 128 of 1,000 tokens" in text and "Passkey: lengths [64]" in text
 
 
+def _eval_args(argv):
+    p = argparse.ArgumentParser()
+    eval_cmd.add_arguments(p)
+    return p.parse_args(argv)
+
+
 @pytest.mark.parametrize("argv, max_positions", [
     (["--ctx", "4096"], 2048),
     (["--passkey-lengths", "9000"], 8192),
-    (["--contexts", "3000"], 8192),
-    (["--tail-start", "2048"], 8192),
-    (["--passkey-keys", "0"], 8192),
 ])
-def test_cli_argument_errors_name_the_argument(argv, max_positions):
-    p = argparse.ArgumentParser()
-    eval_cmd.add_arguments(p)
+def test_lengths_beyond_the_model_name_the_argument(argv, max_positions):
     with pytest.raises(ValueError, match=argv[0]):
-        eval_cmd._check_args(p.parse_args(argv), max_positions)
+        eval_cmd.check_model_limits(_eval_args(argv), max_positions)
+    eval_cmd.check_model_limits(_eval_args(argv), None)     # no limit known: no check
+
+
+@pytest.mark.parametrize("argv", [["--contexts", "3000"], ["--tail-start", "2048"]])
+def test_arguments_that_disagree_name_the_argument(argv):
+    with pytest.raises(ValueError, match=argv[0]):
+        eval_cmd.check_args(_eval_args(argv))
 
 
 def test_cli_default_contexts():
-    p = argparse.ArgumentParser()
-    eval_cmd.add_arguments(p)
-    assert eval_cmd._check_args(p.parse_args([]), 8192) == [1024, 2048]
+    assert eval_cmd.contexts_of(_eval_args([])) == [1024, 2048]
+    assert eval_cmd.contexts_of(_eval_args(["--ctx", "512"])) == [512]
 
 
 def test_demo_forwards_its_passkey_grid_to_eval():
-    from oscar_kernels.calibration import demo_cmd
+    from oscar_kernels.evaluation import demo_cmd
 
     p = argparse.ArgumentParser()
     demo_cmd.add_arguments(p)
-    args = demo_cmd._eval_args(p.parse_args(["--passkey-keys", "3", "--passkey-depths", "0.2",
-                                             "--windows", "3"]), "rot/")
+    demo = p.parse_args(["--passkey-keys", "3", "--passkey-depths", "0.2", "--windows", "3",
+                         "--out-dir", "x"])
+    demo_cmd.check_args(demo)
+    args = _eval_args(demo_cmd.eval_argv(demo, "rot/"))
     assert (args.passkey_keys, args.passkey_depths, args.windows) == (3, [0.2], 3)
     assert args.rotations == ["rot/"] and args.passkey_lengths == [1024, 1536]
+    assert args.out_dir == "x"
+
+
+def test_demo_full_takes_the_published_size_and_explicit_flags_win():
+    from oscar_kernels.evaluation import demo_cmd
+
+    p = argparse.ArgumentParser()
+    demo_cmd.add_arguments(p)
+    full = p.parse_args(["--full", "--passkey-keys", "1"])
+    demo_cmd.check_args(full)
+    assert full.windows == 6 and full.passkey_keys == 1
+    assert full.passkey_lengths == [768, 1024, 1280, 1536]
+    assert len(full.passkey_depths) == 5
 
 
 def test_rotation_for_another_model_is_rejected(tmp_path):

@@ -6,8 +6,9 @@ import torch
 
 from evalhelpers import CharTokenizer, tiny_llama
 from helpers import random_rotation
-from oscar_kernels.calibration.evaluate import Method, run_passkey
-from oscar_kernels.calibration.passkey import (FILLER, NEEDLE, build_trial, greedy_generate,
+from oscar_kernels.evaluation.methods import Method
+from oscar_kernels.evaluation.metrics import run_passkey
+from oscar_kernels.evaluation.passkey import (FILLER, NEEDLE, build_trial, greedy_generate,
                                                make_trials, mcnemar_p, paired_comparison,
                                                parse_answer, run_trial, summarize,
                                                wilson_interval)

