@@ -1,7 +1,8 @@
 """``oscar-kv eval``: perplexity, tail perplexity, KL, top-1, passkey and bits per method.
 
 Prints the Markdown table and writes ``results.md``, ``results.json`` and ``results.png``
-to ``--out-dir`` (default ``results/eval/<model name>``), each atomically. What each
+to ``--out-dir`` (default ``./oscar-kv-eval/<model name>``, outside the source
+tree), each atomically. What each
 column means: :mod:`oscar_kernels.evaluation.metrics`.
 """
 
@@ -97,7 +98,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     k.add_argument("--no-passkey", action="store_true", help="skip passkey retrieval")
     o = parser.add_argument_group("output")
     o.add_argument("--out-dir", type=types.output_dir, default=None, metavar="DIR",
-                   help="where results.md/.json/.png go (default results/eval/MODEL_NAME)")
+                   help="where results.md/.json/.png go (default ./oscar-kv-eval/MODEL_NAME)")
     parser.add_argument("--threads", type=types.int_at_least(1), default=None, metavar="N",
                         help="torch CPU threads (default: torch's choice)")
 
@@ -203,7 +204,7 @@ def run(args, *, model=None, tokenizer=None, model_path: str | None = None) -> i
     ppl = run_perplexity(model, rows_m, windows, contexts=contexts, tail_start=args.tail_start,
                          progress=not args.no_progress)
     name = _model_name(model_path)
-    out_dir = args.out_dir or os.path.join("results", "eval", name)
+    out_dir = args.out_dir or os.path.join("oscar-kv-eval", name)
     passkey = None
     if not args.no_passkey:
         # perplexity results first (a long passkey run can be interrupted)
