@@ -3,7 +3,7 @@
 Where a batch-1 or batch-8 call spends its time is not visible in a kernel's total: this
 reads, per CTA, when it started, finished the query rotation (with the geometry, page-id
 and ring-prologue loads before it), the INT2 chunk loop (with the warp's first BF16 window
-chunk before it, since session 8), the other BF16 window chunks, the
+chunk before it), the other BF16 window chunks, the
 combine + partial stores, the ticket, and (last CTA of a sequence / KV head) the split
 merge. Build a bundle with the trace stores first (they are compiled out otherwise):
 
@@ -19,7 +19,7 @@ done ("prologue:" rows, from the CTA's own start); one built with ``trace,ramp``
 built with ``trace,clk`` (run with ``--clock``) the SM's ``%clock64`` at each CTA's INT2-loop
 start and end (the "SM clock in the INT2 loop" row: cycles over timer nanoseconds).
 ``--plan WARPS:SPLITS[:mc]`` traces another plan than the shipped one (as
-perf/split_sweep_graph.py).
+perf/tools/split_sweep_graph.py).
 
 Timestamps have the timer's resolution (0.256 us on an H200); each phase prints min /
 median / p90 / max over CTAs in microseconds. The call is the fourth of four (warm code),
@@ -27,10 +27,10 @@ each prepared as perf/harness.py's ``time_cuda`` prepares a timed repetition: th
 zeroed, then L2 flushed by *reading* time_cuda's buffer (256 MB or 4 x L2), then one
 CUDA-graph replay of the call (``--eager``: the call launched directly, and
 ``--write-flush``: L2 flushed by writing the buffer, which leaves it full of dirty lines the
-call then has to evict -- how this script ran before session 11; its kernel times were up
+call then has to evict -- how this script used to run; its kernel times were up
 to 2 us longer at batch 1 than the graph replays of the same call).
 
-The merge-CTA build (qwen3-8b batch 1's plan since session 13) has no slots for its merge
+The merge-CTA build (qwen3-8b batch 1's plan) has no slots for its merge
 CTAs: their merge-tail stamps (8-10) land in the slot of the last split of their sequence
 and KV head, and no split CTA merges; the "merge CTA:" rows then time them from the pair's
 last count (the latest stamp 5 of its splits). ``OSCAR_CUTE_MERGE_CTAS=0`` traces the
@@ -108,6 +108,7 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
     warps, splits = cute.plan(batch_size, h, torch.cuda.get_device_properties(dev)
                               .multi_processor_count, hq // h, d,
                               cute.wide_available(hq // h, d))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tools"))
     from split_sweep_graph import plan_kwargs
     kw = plan_kwargs(plan, hq // h, d)        # "auto": the shipped plan (decode_steps' choice)
     warps, splits = kw.get("warps", warps), kw.get("num_splits", splits)
@@ -295,7 +296,7 @@ def main(argv=None) -> int:
     ap.add_argument("--eager", action="store_true", help="launch the call directly instead "
                     "of replaying a CUDA graph of it")
     ap.add_argument("--plan", default="auto", help="WARPS:SPLITS or WARPS:SPLITS:mc "
-                    "(perf/split_sweep_graph.py's plans), 'auto' the shipped plan")
+                    "(perf/tools/split_sweep_graph.py's plans), 'auto' the shipped plan")
     ap.add_argument("--ramp", action="store_true", help="the bundle is an "
                     "OSCAR_CUTE_DEBUG=trace,ramp build (stamps 11-14: warp 0's chunk arrivals)")
     ap.add_argument("--clock", action="store_true", help="the bundle is an "

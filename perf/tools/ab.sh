@@ -2,7 +2,7 @@
 # A/B timing of CuTe decode builds in alternating rounds (GPU run-to-run noise is 1-2 %,
 # so variants are interleaved rather than run back to back).
 #
-# usage: bash perf/ab.sh OUTFILE "VARIANTS" ROUNDS [oscar_kernels.cute.bench args...]
+# usage: bash perf/tools/ab.sh OUTFILE "VARIANTS" ROUNDS [oscar_kernels.cute.bench args...]
 #   VARIANTS, space separated:
 #     new          this tree with its prebuilt bundle
 #     b:DIR        this tree with the bundle in DIR (OSCAR_CUTE_BUNDLE=DIR)

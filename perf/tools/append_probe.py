@@ -1,11 +1,11 @@
 """Where a decode step's quantize-append spends its time (one GPU, Qwen3-8B shape).
 
-    PYTHONPATH=. python3 perf/append_probe.py --batch 1 8 50
+    PYTHONPATH=. python3 perf/tools/append_probe.py --batch 1 8 50
 
 Times ``ops.quantize_append_paged_kv_cache`` (one new token per sequence, 8 KV heads,
-head_dim 128, page 16, HND) as perf/attn_parts.py does (CUDA-graph replay, cold L2,
+head_dim 128, page 16, HND) as perf/tools/attn_parts.py does (CUDA-graph replay, cold L2,
 medians; without the L2 flush between replays the GPU idles at a low clock and even an
-empty kernel took 15-18 us in session 24's first call), next to diagnostic variants of the Triton kernel built from its source with one
+empty kernel took 15-18 us), next to diagnostic variants of the Triton kernel built from its source with one
 part changed (timing only, the results are wrong on purpose):
 
 * ``nosort``  the clip threshold is the group maximum (no ``tl.sort``)
@@ -17,7 +17,7 @@ part changed (timing only, the results are wrong on purpose):
 * ``empty``   a Triton kernel with the same grid that does nothing (launch floor)
 
 and, with ``--shared-rotation``/``--per-head-rotation``, one rotation for all heads (as
-perf/attn_parts.py) or one per head (a real layer: 8 x 2 x 64 KB of float32 ``R``).
+perf/tools/attn_parts.py) or one per head (a real layer: 8 x 2 x 64 KB of float32 ``R``).
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ import sys
 import tempfile
 
 if __package__ in (None, ""):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-_SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+_SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                     "oscar_kernels", "triton", "quantize_append.py")
 
 _PATCHES = {

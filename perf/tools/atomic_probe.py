@@ -1,8 +1,8 @@
 """What same-address atomics cost when many warps claim work from one counter at once.
 
-Session 14's chunk pool (docs/cute.md "Session 14") had every warp of a (sequence, KV
-head) claim pool pairs with ``atom.add`` on one counter near the end of its range: at
-qwen3-8b batch 1 that is 128 warps on each of 8 counters within ~2 us. This times the
+A chunk pool (a measured alternative of the CuTe decode that was not kept;
+docs/cute-design.md) had every warp of a (sequence, KV head) claim pool pairs with
+``atom.add`` on one counter near the end of its range: at qwen3-8b batch 1 that is 128 warps on each of 8 counters within ~2 us. This times the
 bare pattern with the harness of perf/bench_decode.py (CUDA-graph replay, cold L2,
 median): ``N`` one-warp programs, each a chain of relaxed atomic adds (each one's address
 depends on the previous result, so they are round trips one after another, not
@@ -10,7 +10,7 @@ fire-and-forget reductions), on ``K`` counters (program ``p`` uses counter ``p %
 counters 128 B apart). ``K == N`` is the uncontended case; the difference to it
 is what the sharing costs the whole launch.
 
-    PYTHONPATH=. python perf/atomic_probe.py --out perf/results/<date>_h200_atomic_probe_<c>.txt
+    PYTHONPATH=. python perf/tools/atomic_probe.py --out perf/results/<date>_h200_atomic_probe_<c>.txt
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 import triton  # noqa: E402
@@ -59,7 +59,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
     dev = torch.device("cuda")
-    cmd = "PYTHONPATH=. python perf/atomic_probe.py " + " ".join(argv or sys.argv[1:])
+    cmd = "PYTHONPATH=. python perf/tools/atomic_probe.py " + " ".join(argv or sys.argv[1:])
     lines = [f"# {env_header(cmd)}",
              "# programs (one warp each), counters, dependent claims per program: launch us "
              "(graph replay, cold L2, median); extra = over the same launch with one counter "

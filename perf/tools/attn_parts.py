@@ -1,8 +1,8 @@
 """Per-layer parts of perf/bench_e2e.py's INT2 attention on one GPU: the quantize-append of
 one new token per sequence, the decode attention, and both in one CUDA graph.
 
-    PYTHONPATH=. python3 perf/attn_parts.py --batch 50 8 1 --context 100000
-    PYTHONPATH=. python3 perf/attn_parts.py --stack --batch 50 --context 100000
+    PYTHONPATH=. python3 perf/tools/attn_parts.py --batch 50 8 1 --context 100000
+    PYTHONPATH=. python3 perf/tools/attn_parts.py --stack --batch 50 --context 100000
 
 ``--stack``: perf/bench_e2e.py's own attention stack instead (its ``Int2PagedAttention``,
 one cache and rotation per layer for all 36 layers, its ``PageTable`` and fill), timed as
@@ -28,7 +28,7 @@ import os
 import sys
 
 if __package__ in (None, ""):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from oscar_kernels import ops  # noqa: E402
 

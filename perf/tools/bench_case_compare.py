@@ -2,7 +2,7 @@
 case, in one process (qwen3-8b, batch 1, HND pages): which part of the setup makes the two
 benchmarks differ at batch 1.
 
-    PYTHONPATH=. python3 perf/bench_case_compare.py --context 8192 131072
+    PYTHONPATH=. python3 perf/tools/bench_case_compare.py --context 8192 131072
 
 Columns (us, medians of CUDA-graph replays, cold L2): bench_decode's whole case;
 cute.bench's case through ``ops`` and through ``cute.decode``; bench_decode's cache and page

@@ -1,6 +1,6 @@
 """Launch configurations of the Triton extend (chunked prefill) kernel, checked and timed.
 
-    PYTHONPATH=. python3 perf/extend_probe.py --configs one:16,64,4,1 part:128,64,8,2 --fi-site /tmp/fi_site
+    PYTHONPATH=. python3 perf/tools/extend_probe.py --configs one:16,64,4,1 part:128,64,8,2 --fi-site /tmp/fi_site
 
 Each config ``one:BLOCK_M,BLOCK_N,WARPS,STAGES[,UNPACK]`` (one kernel for every key: the
 ``EXTEND_*`` constants of :mod:`oscar_kernels.triton.paged_extend`; ``UNPACK`` as in
@@ -32,7 +32,7 @@ import argparse
 import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 

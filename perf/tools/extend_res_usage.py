@@ -1,6 +1,6 @@
 """Registers and spill stack of the Triton extend's INT2 part kernel, compiled on the CPU.
 
-    PYTHONPATH=. python perf/extend_res_usage.py
+    PYTHONPATH=. python perf/tools/extend_res_usage.py
 
 Compiles ``_extend_int2_kernel`` (oscar_kernels.triton.paged_extend) for sm_90a without
 a GPU (``triton.compile`` with a CUDA target; Triton's bundled ptxas) for head_dim 64 / 128 /
@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 

@@ -2,12 +2,12 @@
 ahead of the capture.
 
 A call captured into a graph takes its tickets from a per-device arena that the first eager
-call zeroed (``oscar_kernels.cute._capture_tickets``; since session 16, before that a spare
+call zeroed (``oscar_kernels.cute._capture_tickets``; formerly a spare
 per-stream buffer). Without one, the capture zeroes a new arena with ``torch.zeros``
 *inside* the graph, and every replay runs that fill before the decode. This times the call
 both ways (``fill``: the arena dropped before each capture), alternating rounds.
 
-    PYTHONPATH=. python3 perf/graph_capture_probe.py --model qwen3-8b --batch 1 8 --context 65536
+    PYTHONPATH=. python3 perf/tools/graph_capture_probe.py --model qwen3-8b --batch 1 8 --context 65536
 """
 
 from __future__ import annotations

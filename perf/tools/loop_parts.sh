@@ -1,11 +1,11 @@
 #!/bin/bash
-# The INT2 loop's copies alone and its math alone, next to the full kernel (docs/cute.md,
-# "Session 18"): per shape, one CUDA-graph replay of each of three debug bundles through
-# perf/trace_decode.py (the shape's own plan), and one line with the call times and the
+# The INT2 loop's copies alone and its math alone, next to the full kernel
+# (docs/cute-design.md): per shape, one CUDA-graph replay of each of three debug bundles
+# through perf/trace_decode.py (the shape's own plan), and one line with the call times and the
 # median CTA's INT2 loop (us): full / copies only / math only.
 #
-# usage: bash perf/loop_parts.sh DIR "MODEL BATCH CONTEXT" ["MODEL BATCH CONTEXT" ...]
-#   DIR holds the three bundles, built on any machine with the DSL (docs/cute.md):
+# usage: bash perf/tools/loop_parts.sh DIR "MODEL BATCH CONTEXT" ["MODEL BATCH CONTEXT" ...]
+#   DIR holds the three bundles, built on any machine with the DSL (docs/cute-design.md):
 #     for v in trace trace,nocons trace,noload; do
 #       OSCAR_CUTE_DEBUG=$v CUTE_DSL_ARCH=sm_90a ~/cute13/bin/python -m oscar_kernels.cute.aot \
 #         build --out DIR/${v//,/_} --head-dims 128; done

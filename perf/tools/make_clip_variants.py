@@ -10,7 +10,7 @@
 Usage (repository root; needs ``oscar-kv demo``'s artifacts in
 results/eval/demo/rotations)::
 
-    PYTHONPATH=. python results/eval/smollm2-135m/make_clip_variants.py /tmp/variants
+    PYTHONPATH=. python perf/tools/make_clip_variants.py /tmp/variants
 """
 
 import os

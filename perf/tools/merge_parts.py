@@ -3,7 +3,7 @@ table, refusing to merge runs that did not measure the same thing.
 
 Usage (from the repository root)::
 
-    PYTHONPATH=. python results/eval/merge_parts.py OUT_DIR PART_DIR [PART_DIR ...]
+    PYTHONPATH=. python perf/tools/merge_parts.py OUT_DIR PART_DIR [PART_DIR ...]
 
 Every part must have the same model, held-out windows, contexts, cache geometry and
 passkey grid (meta fields compared below); a row measured in several parts must be

@@ -2,7 +2,7 @@
 
     ncu --clock-control none -k regex:'(?i)int2' --launch-skip 1 --launch-count 1 \\
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section SchedulerStats \\
-        python3 perf/ncu_decode_probe.py 128 131072 qwen3-8b HND
+        python3 perf/tools/ncu_decode_probe.py 128 131072 qwen3-8b HND
 
 Arguments: batch, context, model (oscar_kernels.cute.bench.MODELS), page layout. Runs the
 decode three times (the first compiles/loads; profile the second with --launch-skip 1).

@@ -1,9 +1,9 @@
 """Warp-stall samples of one kernel from Nsight Compute's per-SASS source page.
 
     ncu --clock-control none -k regex:'(?i)int2' --launch-skip 1 --launch-count 1 \\
-        --section WarpStateStats --section SourceCounters -o rep python3 perf/ncu_decode_probe.py ...
+        --section WarpStateStats --section SourceCounters -o rep python3 perf/tools/ncu_decode_probe.py ...
     ncu -i rep.ncu-rep --page source --csv --print-source sass > rep_sass.csv
-    python3 perf/ncu_stalls.py rep_sass.csv [more.csv ...] [--top 25] [--hot 0.5]
+    python3 perf/tools/ncu_stalls.py rep_sass.csv [more.csv ...] [--top 25] [--hot 0.5]
 
 Prints, per file, the samples by stall reason over the whole kernel and over its hot
 instructions (executed at least ``--hot`` times the most executed one's count: the main loop),

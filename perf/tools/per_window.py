@@ -9,7 +9,7 @@ is the mean of the per-window logs: the first 6 windows of a play reproduce the 
 
 Usage (from the repository root; about 17 s per window and method on 2 CPU threads)::
 
-    PYTHONPATH=. python results/eval/smollm2-135m/heldout2/per_window.py \
+    PYTHONPATH=. python perf/tools/per_window.py \
         --rotations results/eval/demo/rotations/kv-cov.safetensors \
         --text results/eval/smollm2-135m/heldout2/texts/julius_caesar_gut.txt \
                results/eval/smollm2-135m/heldout2/texts/twelfth_night_gut.txt \

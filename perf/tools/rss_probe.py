@@ -1,6 +1,6 @@
 """Resident memory during the statistics pass: sampled after every chunk.
 
-Run: PYTHONPATH=. python results/calibration/rss_probe.py 30000 > results/calibration/rss_probe_30k.json
+Run: PYTHONPATH=. python perf/tools/rss_probe.py 30000 > results/calibration/rss_probe_30k.json
 Streaming accumulation means the RSS after chunk 1 and after chunk N are the same (up to
 allocator noise); ``ru_maxrss`` of the whole process is dominated by the model load.
 """

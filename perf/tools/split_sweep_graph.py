@@ -2,7 +2,7 @@
 CUDA-graph replay, cold L2, median, in alternating rounds, with each plan's output checked
 against the first plan's.
 
-    PYTHONPATH=. python perf/split_sweep_graph.py --model qwen3-8b --batch 1 \\
+    PYTHONPATH=. python perf/tools/split_sweep_graph.py --model qwen3-8b --batch 1 \\
         --context 65536 131072 --plans 8:16:mc 8:16 8:32:mc --rounds 3
 
 A plan is ``WARPS:SPLITS`` optionally followed by ``:mc`` (the merge-CTA build forced on;
@@ -65,7 +65,7 @@ def main(argv=None) -> int:
     hq, h, d = MODELS[a.model]
     spec = CacheSpec(num_kv_heads=h, head_dim=d, page_size=16, kv_layout="HND")
     rk, rv = LayerRotation.hadamard(d).to(dev).per_head(h)
-    command = " ".join(["perf/split_sweep_graph.py"] + (argv or sys.argv[1:]))
+    command = " ".join(["perf/tools/split_sweep_graph.py"] + (argv or sys.argv[1:]))
     print("#", json.dumps(env_header(command)))
 
     kwargs = {plan: plan_kwargs(plan, hq // h, d) for plan in a.plans}   # malformed: fail now

@@ -3,7 +3,7 @@
 # (qwen3-8b, FlashInfer BF16 + SDPA in the same run, a config sweep, the shipped default
 # reported), then bench_append_extend. Everything lands under $OUT (8 files at most).
 # Usage (repo root, device machine):
-#   bash perf/triton_gpu_run.sh TAG BATCHES CONTEXTS CONFIGS [extra bench_decode args]
+#   bash perf/tools/triton_gpu_run.sh TAG BATCHES CONTEXTS CONFIGS [extra bench_decode args]
 # Env: SKIP_TESTS=1, SKIP_APPEND=1, BENCH_TIMEOUT (s), OSCAR_GIT_COMMIT.
 set -o pipefail
 TAG=$1; BATCHES=$2; CONTEXTS=$3; CONFIGS=$4; shift 4
