@@ -13,7 +13,15 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 start=$(date +%s)
 "$PY" -m pip install -q "setuptools>=64" wheel
-"$PY" -m pip wheel -q --no-deps --no-build-isolation -w "$TMP/dist" .
+# build from a copy of the files git sees, so no stale build/ or egg-info of the tree gets in
+mkdir "$TMP/src"
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  git ls-files -z --cached --others --exclude-standard \
+    | tar -c --null --ignore-failed-read -T - -f - 2>/dev/null | tar -x -C "$TMP/src" -f -
+else
+  cp -a . "$TMP/src"
+fi
+"$PY" -m pip wheel -q --no-deps --no-build-isolation -w "$TMP/dist" "$TMP/src"
 "$PY" -m venv "$TMP/venv"
 "$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
   > "$("$TMP/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/ci_reuse.pth"
