@@ -2,7 +2,7 @@
 
     CUTE_DSL_ARCH=sm_90a python perf/sass_report.py --head-dims 128 64
 
-(the Python that has ``nvidia-cutlass-dsl``, see docs/cute.md; ``cuobjdump`` from the CUDA
+(the Python that has ``nvidia-cutlass-dsl``, see docs/cute-design.md; ``cuobjdump`` from the CUDA
 toolkit or from triton's wheel). Per kernel: registers and stack (``cuobjdump
 -res-usage``), the instruction total, the counts the design relies on (IMMA / HMMA /
 LDSM / LDGSTS / UTMALDG, spills), and for the decode kernels every loop that copies and
@@ -16,7 +16,7 @@ taken, short forward conditional branches (less than ``SKIP_BYTES``: the page-ro
 block, the running-max rescale) are taken, unconditional branches are followed, and the
 walk ends at the loop's back edge. Each iteration handles two chunks, so the count is
 halved. These are the numbers quoted as "SASS per chunk" in the module docstring of
-``oscar_kernels/cute/decode_sm90.py`` and in docs/cute.md.
+``oscar_kernels/cute/decode_sm90.py`` and in docs/cute-design.md.
 """
 
 from __future__ import annotations

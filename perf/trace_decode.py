@@ -21,7 +21,7 @@ done ("prologue:" rows, from the CTA's own start); one built with ``trace,ramp``
 built with ``trace,clk`` (run with ``--clock``) the SM's ``%clock64`` at each CTA's INT2-loop
 start and end (the "SM clock in the INT2 loop" row: cycles over timer nanoseconds).
 ``--plan WARPS:SPLITS[:mc]`` traces another plan than the shipped one (as
-perf/split_sweep_graph.py).
+perf/tools/split_sweep_graph.py).
 
 Timestamps have the timer's resolution (0.256 us on an H200); each phase prints min /
 median / p90 / max over CTAs in microseconds. The call is the fourth of four (warm code),
@@ -114,6 +114,7 @@ def trace_call(model: str, batch_size: int, context: int, page_size: int = 16,
     warps, splits = shapes_plan(batch_size, h, torch.cuda.get_device_properties(dev)
                                 .multi_processor_count, hq // h, d,
                                 wide_available(hq // h, d))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tools"))
     from split_sweep_graph import plan_kwargs
     kw = plan_kwargs(plan, hq // h, d)        # "auto": the shipped plan (decode_steps' choice)
     warps, splits = kw.get("warps", warps), kw.get("num_splits", splits)
@@ -306,7 +307,7 @@ def main(argv=None) -> int:
     ap.add_argument("--eager", action="store_true", help="launch the call directly instead "
                     "of replaying a CUDA graph of it")
     ap.add_argument("--plan", default="auto", help="WARPS:SPLITS or WARPS:SPLITS:mc "
-                    "(perf/split_sweep_graph.py's plans), 'auto' the shipped plan")
+                    "(perf/tools/split_sweep_graph.py's plans), 'auto' the shipped plan")
     ap.add_argument("--ramp", action="store_true", help="the bundle is an "
                     "--debug trace,ramp build (stamps 11-14: warp 0's chunk arrivals)")
     ap.add_argument("--clock", action="store_true", help="the bundle is an "

@@ -1,4 +1,4 @@
-"""results/eval/merge_parts.py: re-merging the committed SmolLM2 parts reproduces the
+"""perf/tools/merge_parts.py: re-merging the committed SmolLM2 parts reproduces the
 committed table and keeps the hand-written sections after the marker line."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ PARTS = ["searched", "shipped", "fixed", "clip-variants", "clip-variants-2", "fl
 
 def _merge_parts():
     spec = importlib.util.spec_from_file_location(
-        "merge_parts", os.path.join(ROOT, "results", "eval", "merge_parts.py"))
+        "merge_parts", os.path.join(ROOT, "perf", "tools", "merge_parts.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

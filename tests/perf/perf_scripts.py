@@ -1,4 +1,4 @@
-"""Load a script of perf/ as a module (the scripts are not a package)."""
+"""Load a script of perf/ or perf/tools/ as a module (the scripts are not a package)."""
 
 import importlib.util
 import os
@@ -10,8 +10,10 @@ if os.path.abspath(PERF) not in sys.path:     # the scripts import each other (c
 
 
 def load(script: str):
-    spec = importlib.util.spec_from_file_location(script.removesuffix(".py"),
-                                                  os.path.join(PERF, script))
+    path = os.path.join(PERF, script)
+    if not os.path.exists(path):
+        path = os.path.join(PERF, "tools", script)
+    spec = importlib.util.spec_from_file_location(script.removesuffix(".py"), path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

@@ -1,5 +1,0 @@
-#!/bin/bash
-# session 17, call 10: GPU tests with the 4-deep any-page decode
-export OSCAR_GIT_COMMIT=${C:-unknown}
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-PYTHONPATH=. timeout 240 python3 -m pytest -m gpu tests/cute tests/integrations -q -p no:cacheprovider -rs > $OUT/tests_final.txt 2>&1; tail -4 $OUT/tests_final.txt
