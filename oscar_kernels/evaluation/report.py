@@ -219,7 +219,7 @@ def write_outputs(out_dir: str, rows: Sequence[dict], meta: dict, contexts: Sequ
     if notes:
         lines += ["Not measured:", ""] + [f"- {n}" for n in notes] + [""]
     if meta.get("parts"):
-        lines += [f"Merged from {len(meta['parts'])} runs (`results/eval/merge_parts.py`): "
+        lines += [f"Merged from {len(meta['parts'])} runs (`perf/tools/merge_parts.py`): "
                   + "; ".join(f"`{p['dir']}` ({p['seconds_total']:.0f} s, {p['date']})"
                               for p in meta["parts"]) + ".", ""]
     lines += [f"Wall time {meta.get('seconds_total', 0):.0f} s on {meta['environment']['cpu_count']}"

@@ -60,7 +60,7 @@ from .quantize_append import DEFAULT_SM_COUNT, quantize_append_paged_kv_cache_tr
 
 LOG2E = 1.4426950408889634
 # Launch configuration (the launcher's comment says why 16 rows); module constants so that
-# perf/extend_probe.py can try others.
+# perf/tools/extend_probe.py can try others.
 EXTEND_BLOCK_M = 16
 EXTEND_BLOCK_N = 64
 EXTEND_WARPS = 4

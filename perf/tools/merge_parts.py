@@ -23,7 +23,7 @@ import json
 import os
 import sys
 
-from oscar_kernels.calibration.evaluate import write_outputs
+from oscar_kernels.evaluation.report import write_outputs
 
 SAME = ("model", "heldout", "heldout_tokens", "windows", "ctx", "contexts", "tail_start",
         "sink_size", "recent_size", "group_size", "passkey_lengths", "passkey_depths",
@@ -43,7 +43,7 @@ def _relative_to_bf16(rows: list[dict], meta: dict) -> None:
     """(Re)compute the columns relative to the ``bf16`` row for every row, so a part
     without its own ``bf16`` row gets them too (KL and top-1 are always measured against
     the bf16 logits of the same windows, in every part)."""
-    from oscar_kernels.calibration.passkey import paired_comparison
+    from oscar_kernels.evaluation.passkey import paired_comparison
 
     base = next((r for r in rows if r["kind"] == "bf16"), None)
     if base is None:

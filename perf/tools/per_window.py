@@ -30,8 +30,9 @@ import time
 import torch
 
 from oscar_kernels.calibration.data import default_model_path, load_model, tokenize_files
-from oscar_kernels.calibration.evaluate import (build_methods, environment, eval_windows,
-                                                load_rotations, run_perplexity)
+from oscar_kernels.evaluation.methods import build_methods, load_rotations
+from oscar_kernels.evaluation.metrics import eval_windows, run_perplexity
+from oscar_kernels.evaluation.report import environment
 from oscar_kernels.integrations.transformers import model_fingerprint
 
 CTX = 2048
