@@ -94,6 +94,17 @@ EXTEND_PART_STAGES = 2
 
 
 @triton.jit
+def _program_block(qo_indptr, BLOCK_Q: tl.constexpr):
+    """A program's KV head, sequence, the sequence's first chunk row and chunk length, and
+    the first query of its block (grid ``(query blocks, KV heads, sequences)``)."""
+    h = tl.program_id(1)
+    b = tl.program_id(2)
+    qo0 = tl.load(qo_indptr + b)
+    n_b = tl.load(qo_indptr + b + 1) - qo0
+    return h, b, qo0, n_b, tl.program_id(0) * BLOCK_Q
+
+
+@triton.jit
 def _query_block(qo0, n_b, q_start, b, kv_indptr, kv_last, PAGE_SIZE: tl.constexpr,
                  GQA: tl.constexpr, GP: tl.constexpr, BLOCK_Q: tl.constexpr):
     """Geometry of a program's ``BLOCK_Q`` queries x ``GP`` heads (``BLOCK_M`` rows): the
@@ -160,15 +171,9 @@ def _paged_extend_kernel(
     BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, DOT16: tl.constexpr, UNPACK: tl.constexpr,
     part_o, part_ml, part_sn, INT2_PART: tl.constexpr,
 ):
-    qb = tl.program_id(0)
-    h = tl.program_id(1)
-    b = tl.program_id(2)
+    h, b, qo0, n_b, q_start = _program_block(qo_indptr, BLOCK_Q)
     PD: tl.constexpr = D // 4
     BLOCK_M: tl.constexpr = BLOCK_Q * GP
-
-    qo0 = tl.load(qo_indptr + b)
-    n_b = tl.load(qo_indptr + b + 1) - qo0
-    q_start = qb * BLOCK_Q
     if q_start < n_b:
         first, prefix, r, rvalid, t, t_min, t_max, qrow = _query_block(
             qo0, n_b, q_start, b, kv_indptr, kv_last, PAGE_SIZE, GQA, GP, BLOCK_Q)
@@ -313,15 +318,9 @@ def _extend_int2_kernel(
     the joined code quarters (``_int2_block_whole``; quarter dots otherwise); stores the
     unnormalized partial ``(m, l, o)`` that ``_paged_extend_kernel`` merges with the BF16
     rows (``INT2_PART``)."""
-    qb = tl.program_id(0)
-    h = tl.program_id(1)
-    b = tl.program_id(2)
+    h, b, qo0, n_b, q_start = _program_block(qo_indptr, BLOCK_Q)
     PD: tl.constexpr = D // 4
     BLOCK_M: tl.constexpr = BLOCK_Q * GP
-
-    qo0 = tl.load(qo_indptr + b)
-    n_b = tl.load(qo_indptr + b + 1) - qo0
-    q_start = qb * BLOCK_Q
     if q_start < n_b:
         first, prefix, r, rvalid, t, t_min, t_max, qrow = _query_block(
             qo0, n_b, q_start, b, kv_indptr, kv_last, PAGE_SIZE, GQA, GP, BLOCK_Q)
