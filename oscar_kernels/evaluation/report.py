@@ -109,19 +109,15 @@ def _count(row: dict) -> str | None:
     return None if row.get("passkey") is None else f"{row['passkey']:.2f}"
 
 
-def _pct(a: float, b: float) -> str:
-    return f"{100.0 * (a / b - 1.0):+.1f}%"
-
-
 def _change(a: float, b: float) -> str:
     """``"raises ... by 3.3%"`` / ``"lowers ... by 0.4%"`` of ``a`` against ``b``."""
     d = 100.0 * (a / b - 1.0)
     return ("raises" if d >= 0 else "lowers"), f"{abs(d):.1f}%"
 
 
-def _quality(row: dict, key: str) -> str:
-    """``"34.03, KL 0.045 nats, top-1 0.884"``: what the row measured, for the verdict."""
-    parts = [f"{row[key]:.2f}"]
+def _kl_top1(row: dict) -> str:
+    """``"KL 0.045 nats, top-1 0.884"`` (what of it the row has), for the verdict."""
+    parts = []
     if row.get("kl") is not None:
         parts.append(f"KL {row['kl']:.3f} nats")
     if row.get("top1") is not None:
@@ -149,17 +145,21 @@ def verdict(rows: Sequence[dict], contexts: Sequence[int], meta: dict | None = N
         verb, by = _change(ship[key], base[key])
         first = (f"**Verdict:** the shipped default, **{method} ({clip} clip)**{bits_text}, "
                  f"{verb} {what} @{ctx} by {by} over BF16 "
-                 f"({_quality(ship, key)}; BF16 {base[key]:.2f})")
+                 f"({ship[key]:.2f} vs {base[key]:.2f}"
+                 + (f"; {_kl_top1(ship)})" if _kl_top1(ship) else ")"))
         if _count(ship) and _count(base):
             first += f" and retrieves the passkey in {_count(ship)} vs BF16 {_count(base)}"
     else:
         first = (f"**Verdict:** the shipped default, **{method} ({clip} clip)**{bits_text}, "
-                 f"reaches {what} @{ctx} {_quality(ship, key)} (no BF16 row was measured)")
+                 f"reaches {what} @{ctx} {ship[key]:.2f}"
+                 + (f" ({_kl_top1(ship)})" if _kl_top1(ship) else "")
+                 + " (no BF16 row was measured)")
     sentences = [first + "."]
     if best is not None:
         verb, by = _change(ship[key], best[key])
-        second = (f"Against the best other row by {what}, {_name(best)} "
-                  f"({_quality(best, key)}), it {verb} {what} by {by}")
+        second = (f"Against the best other row by {what}, {_name(best)} at {best[key]:.2f}"
+                  + (f" ({_kl_top1(best)})" if _kl_top1(best) else "")
+                  + f", it {verb} {what} by {by}")
         if _count(ship) and _count(best):
             second += f", passkey {_count(ship)} vs {_count(best)}"
         sentences.append(second + ".")
@@ -386,7 +386,7 @@ def plot(rows: Sequence[dict], contexts: Sequence[int], tail_start: int, path: s
             if cap is not None:
                 label += "\n(axis cut: ▶ = value beyond it)"
         else:
-            ax.set_xlim(-0.07, 1.09)
+            ax.set_xlim(-0.08, 1.12)
             if what == "top1":
                 ax.axvline(1.0, color="0.4", lw=0.8, ls="--", zorder=1)
             elif base is not None and base.get("passkey") is not None:
@@ -498,9 +498,10 @@ def report_markdown(rows: Sequence[dict], meta: dict, contexts: Sequence[int],
         lines += [f"Merged from {len(meta['parts'])} runs (`perf/tools/merge_parts.py`): "
                   + "; ".join(f"`{p['dir']}` ({p['seconds_total']:.0f} s, {p['date']})"
                               for p in meta["parts"]) + ".", ""]
-    lines += [f"Wall time {meta.get('seconds_total', 0):.0f} s on {meta['environment']['cpu_count']}"
-              f" CPU(s), {meta['environment']['threads']} torch threads, load average at start "
-              f"{meta['environment'].get('loadavg_start')}; {meta.get('date', '')}.", ""]
+    env = meta["environment"]
+    lines += [f"Wall time {meta.get('seconds_total', 0):.0f} s on {env['cpu_count']} CPU(s), "
+              f"{env['threads']} torch threads, load average at start "
+              f"{env.get('loadavg_start')}; {meta.get('date', '')}.", ""]
     return "\n".join(lines)
 
 

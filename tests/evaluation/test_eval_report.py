@@ -113,3 +113,11 @@ def test_the_committed_example_is_what_the_regeneration_writes(tmp_path):
     assert not (tmp_path / "results.json").exists()
     data = json.load(open(os.path.join(EXAMPLE, "results.json")))
     assert sum(report.is_shipped(r) for r in data["rows"]) == 1
+
+
+def test_verdict_and_figure_without_a_bf16_row(tmp_path):
+    rows = [r for r in _rows() if r["kind"] != "bf16"]
+    first = report.verdict(rows, [CTX], META)
+    assert "no BF16 row was measured" in first and f"{DEFAULT_METHOD} (fixed clip)" in first
+    report.plot(rows, [CTX], TAIL, str(tmp_path / "r.png"))
+    assert (tmp_path / "r.png").stat().st_size > 1000
