@@ -17,6 +17,7 @@ import json
 import math
 import os
 import platform
+import textwrap
 from collections.abc import Sequence
 
 import torch
@@ -267,7 +268,8 @@ def axis_cap(values: Sequence[float], jump: float = 3.0) -> float | None:
 
 
 def _bits_line(rows: Sequence[dict], ctx: int) -> str:
-    """One line: the bits per element of each group of rows (INT2 region / at ``ctx``)."""
+    """One line: the bits per element of each kind of row, in the quantized region and at
+    ``ctx`` tokens (scales and the BF16 sink/recent windows included)."""
     groups: dict[tuple, list[str]] = {}
     for r in rows:
         b = (r.get("bits_int2"), r.get(f"bits@{ctx}"))
@@ -276,20 +278,16 @@ def _bits_line(rows: Sequence[dict], ctx: int) -> str:
         kind = {"bf16": "BF16", "kivi": "KIVI-2", "int2": "INT2 rows"}.get(r["kind"], r["kind"])
         if kind not in groups.setdefault(b, []):
             groups[b].append(kind)
-    parts = []
-    for (b_int2, b_ctx), kinds in groups.items():
-        if b_int2 == b_ctx or b_ctx is None:
-            parts.append(f"{' / '.join(kinds)} {b_int2:g}")
-        else:
-            parts.append(f"{' / '.join(kinds)} {b_int2:.2f} in the quantized region, "
-                         f"{b_ctx:.2f} at {ctx} tokens")
-    return ("Bits per element (scales and BF16 sink/recent windows included): "
-            + "; ".join(parts) + ".")
+    parts = [f"{' / '.join(kinds)} {b_int2:g}" if b_int2 == b_ctx or b_ctx is None
+             else f"{' / '.join(kinds)} {b_int2:.2f} / {b_ctx:.2f}"
+             for (b_int2, b_ctx), kinds in groups.items()]
+    return (f"Bits per element, quantized region / at {ctx} tokens (scales and BF16 "
+            "windows included): " + "; ".join(parts) + ".")
 
 
 def plot(rows: Sequence[dict], contexts: Sequence[int], tail_start: int, path: str,
          title: str = ""):
-    """One figure, one line per row (best tail perplexity on top): the tail-perplexity change
+    """One figure, one line per row (BF16 first, then by tail perplexity): the change
     against BF16, KL, top-1 agreement and passkey counts; markers by rotation family, filled
     for searched clips, hollow for fixed; the shipped default ringed; a value beyond a
     panel's cut axis is drawn at the edge with its value. Written as PNG (Agg backend);
@@ -350,8 +348,9 @@ def plot(rows: Sequence[dict], contexts: Sequence[int], tail_start: int, path: s
             clipped = cap is not None and v > cap
             x = cap if clipped else v
             if clipped:
-                ax.scatter([x], [y], marker=">", s=70, color=style(r)["edgecolors"], zorder=3,
-                           clip_on=False)
+                st = style(r)
+                ax.scatter([x], [y], marker=">", s=70, edgecolors=st["edgecolors"],
+                           facecolors=st["facecolors"], linewidths=1.5, zorder=3, clip_on=False)
                 ax.annotate(f"{v:+.0f}%" if what == "delta" else f"{v:.2f}", (x, y),
                             xytext=(-8, 0), textcoords="offset points", ha="right",
                             va="center", fontsize=8, fontweight="bold")
@@ -416,17 +415,23 @@ def plot(rows: Sequence[dict], contexts: Sequence[int], tail_start: int, path: s
     if None in present:
         handles.append(Line2D([], [], ls="", marker=OTHER_FAMILY[0], color=OTHER_FAMILY[1],
                               ms=8, label="other rotation"))
-    handles += [Line2D([], [], ls="", marker="o", color="0.3", ms=8, label="searched clip"),
-                Line2D([], [], ls="", marker="o", mfc="white", mec="0.3", mew=1.5, ms=8,
-                       label="fixed clip"),
-                Line2D([], [], ls="", marker="o", mfc="none", mec=SHIPPED_COLOR, mew=2, ms=15,
-                       label="shipped default")]
+    clips = {r.get("clip") for r in rows}
+    if "searched" in clips:
+        handles.append(Line2D([], [], ls="", marker="o", color="0.3", ms=8,
+                              label="searched clip"))
+    if "fixed" in clips:
+        handles.append(Line2D([], [], ls="", marker="o", mfc="white", mec="0.3", mew=1.5,
+                              ms=8, label="fixed clip"))
+    if any(is_shipped(r) for r in rows):
+        handles.append(Line2D([], [], ls="", marker="o", mfc="none", mec=SHIPPED_COLOR, mew=2,
+                              ms=15, label="shipped default"))
     if base is not None:
         handles.append(Line2D([], [], color="0.4", lw=0.8, ls="--", label="BF16 level"))
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8.5,
                frameon=False, bbox_to_anchor=(0.5, 0.3 / fig_h))
-    fig.text(0.5, 0.08 / fig_h, _bits_line(rows, ctx), ha="center", va="bottom", fontsize=8.5,
-             color="0.25")
+    fig_w = fig.get_figwidth()
+    fig.text(0.5, 0.08 / fig_h, textwrap.fill(_bits_line(rows, ctx), int(fig_w * 15)),
+             ha="center", va="bottom", fontsize=8.5, color="0.25")
     if title:
         fig.suptitle(title, fontsize=11)
     fig.tight_layout(rect=(0, 0.75 / fig_h, 1, 1))
