@@ -79,9 +79,20 @@ def shipped_default() -> tuple[str, str]:
                             else DEFAULT_CLIP)
 
 
-def is_shipped(row: dict) -> bool:
-    """Whether ``row`` measures the shipped default (method and clip policy)."""
-    return row.get("kind") == "int2" and (row.get("method"), row.get("clip")) == shipped_default()
+def shipped_row(rows: Sequence[dict]) -> dict | None:
+    """The row that measures the shipped default: one named ``shipped`` (the artifact
+    ``oscar-kv calibrate`` writes with no options, evaluated by name) or else the first
+    INT2 row with the shipped method and clip policy."""
+    int2 = [r for r in rows if r.get("kind") == "int2"]
+    named = [r for r in int2 if r.get("method") == "shipped"]
+    if named:
+        return named[0]
+    return next((r for r in int2 if (r.get("method"), r.get("clip")) == shipped_default()), None)
+
+
+def is_shipped(row: dict, rows: Sequence[dict]) -> bool:
+    """Whether ``row`` is :func:`shipped_row` of ``rows``."""
+    return row is shipped_row(rows)
 
 
 def _tail_key(rows: Sequence[dict], ctx: int) -> str:
@@ -94,7 +105,7 @@ def _tail_key(rows: Sequence[dict], ctx: int) -> str:
 def best_baseline(rows: Sequence[dict], ctx: int) -> dict | None:
     """The non-shipped INT2 or KIVI row with the lowest tail perplexity at ``ctx``."""
     key = _tail_key(rows, ctx)
-    cands = [r for r in rows if r.get("kind") != "bf16" and not is_shipped(r)
+    cands = [r for r in rows if r.get("kind") != "bf16" and not is_shipped(r, rows)
              and r.get(key) is not None and math.isfinite(r[key])]
     return min(cands, key=lambda r: r[key]) if cands else None
 
@@ -134,7 +145,7 @@ def verdict(rows: Sequence[dict], contexts: Sequence[int], meta: dict | None = N
     key = _tail_key(rows, ctx)
     what = "tail perplexity" if key.startswith("tail") else "perplexity"
     method, clip = shipped_default()
-    ship = next((r for r in rows if is_shipped(r)), None)
+    ship = next((r for r in rows if is_shipped(r, rows)), None)
     if ship is None or key not in ship:
         return (f"**Verdict:** the shipped default ({method}, {clip} clip) is not among "
                 "these rows; the table compares the rows measured.")
@@ -224,7 +235,7 @@ def markdown_table(rows: Sequence[dict], contexts: Sequence[int], tail_start: in
         cells = []
         for _, key, nd in cols:
             v = r.get(key)
-            if key == "method" and is_shipped(r):
+            if key == "method" and is_shipped(r, rows):
                 cells.append(f"**{v} (shipped)**")
             elif key == "passkey":
                 cells.append(format_passkey(r))
@@ -361,10 +372,10 @@ def plot(rows: Sequence[dict], contexts: Sequence[int], tail_start: int, path: s
             if intervals:
                 lo, hi = r["passkey_ci95"]
                 ax.plot([lo, hi], [y, y], color=style(r)["edgecolors"], lw=1.2, zorder=2)
-            if is_shipped(r):
+            if is_shipped(r, rows):
                 ax.scatter([x], [y], s=320, facecolors="none", edgecolors=SHIPPED_COLOR,
                            linewidths=2, zorder=4, clip_on=False)
-            gap = 14 if is_shipped(r) else 9
+            gap = 14 if is_shipped(r, rows) else 9
             if what == "delta" and not clipped and r.get("kind") != "bf16":
                 ax.annotate(f"{v:+.1f}%", (x, y), xytext=(gap, 0), textcoords="offset points",
                             va="center", fontsize=8)
@@ -401,10 +412,10 @@ def plot(rows: Sequence[dict], contexts: Sequence[int], tail_start: int, path: s
         ax.tick_params(axis="x", labelsize=8)
         ax.set_ylim(len(order) - 0.5, -0.5)
     axes[0].set_yticks(ys)
-    axes[0].set_yticklabels([("★ shipped: " if is_shipped(r) else "") + _name(r)
+    axes[0].set_yticklabels([("★ shipped: " if is_shipped(r, rows) else "") + _name(r)
                              for r in order], fontsize=9)
     for t, r in zip(axes[0].get_yticklabels(), order):
-        if is_shipped(r):
+        if is_shipped(r, rows):
             t.set_color(SHIPPED_COLOR)
             t.set_fontweight("bold")
     handles = []
@@ -422,7 +433,7 @@ def plot(rows: Sequence[dict], contexts: Sequence[int], tail_start: int, path: s
     if "fixed" in clips:
         handles.append(Line2D([], [], ls="", marker="o", mfc="white", mec="0.3", mew=1.5,
                               ms=8, label="fixed clip"))
-    if any(is_shipped(r) for r in rows):
+    if any(is_shipped(r, rows) for r in rows):
         handles.append(Line2D([], [], ls="", marker="o", mfc="none", mec=SHIPPED_COLOR, mew=2,
                               ms=15, label="shipped default"))
     if base is not None:

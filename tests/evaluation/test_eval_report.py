@@ -47,7 +47,7 @@ META = {"model_name": "tiny", "command": "oscar-kv eval", "windows": 2,
 def test_shipped_row_is_the_default_method_with_searched_clips():
     rows = _rows()
     assert report.shipped_default() == (DEFAULT_METHOD, "searched")
-    assert [r["label"] for r in rows if report.is_shipped(r)] == [
+    assert [r["label"] for r in rows if report.is_shipped(r, rows)] == [
         f"{DEFAULT_METHOD} (searched clip)"]
     # the best baseline: lowest tail perplexity among the other INT2/KIVI rows
     assert report.best_baseline(rows, CTX)["label"] == f"{DEFAULT_METHOD} (fixed clip)"
@@ -77,7 +77,8 @@ def test_verdict_with_enough_passkey_trials_gives_the_interval():
 
 
 def test_verdict_without_a_shipped_row_says_so():
-    rows = [r for r in _rows() if not report.is_shipped(r)]
+    every = _rows()
+    rows = [r for r in every if not report.is_shipped(r, every)]
     first = report.verdict(rows, [CTX], META)
     assert first.startswith("**Verdict:**") and "not among these rows" in first
     assert "(shipped)" not in report.markdown_table(rows, [CTX], TAIL)
@@ -112,7 +113,7 @@ def test_the_committed_example_is_what_the_regeneration_writes(tmp_path):
     assert (tmp_path / "results.png").stat().st_size > 10_000
     assert not (tmp_path / "results.json").exists()
     data = json.load(open(os.path.join(EXAMPLE, "results.json")))
-    assert sum(report.is_shipped(r) for r in data["rows"]) == 1
+    assert sum(report.is_shipped(r, data["rows"]) for r in data["rows"]) == 1
 
 
 def test_verdict_and_figure_without_a_bf16_row(tmp_path):
