@@ -171,7 +171,7 @@ def run(args, *, model=None, tokenizer=None, model_path: str | None = None) -> i
     from ..integrations.transformers import model_fingerprint
     from .methods import build_methods, load_rotations
     from .metrics import eval_windows, run_passkey, run_perplexity
-    from .report import build_rows, environment, markdown_table, write_outputs
+    from .report import build_rows, environment, markdown_table, verdict, write_outputs
 
     t_start = time.perf_counter()
     if args.threads:
@@ -221,6 +221,7 @@ def run(args, *, model=None, tokenizer=None, model_path: str | None = None) -> i
     meta = _meta(args, model_path, name, fp, heldout_files, ids, windows, contexts, rotations,
                  env, t_start)
     md, js, png = write_outputs(out_dir, rows, meta, contexts, args.tail_start, notes)
+    print(verdict(rows, contexts, meta).replace("**", "") + "\n")
     print(markdown_table(rows, contexts, args.tail_start))
     for n in notes:
         print(f"not measured: {n}")
