@@ -88,66 +88,15 @@ def check(config_label: str) -> tuple[bool, str]:
 
 
 def timed_case(batch: int, prefix: int, chunk: int):
-    """A Qwen3-8B-shaped INT2 cache with ``prefix`` random tokens per sequence, the chunk's
-    q / k / v, and the call."""
-    import torch
-
-    from oscar_kernels import CacheSpec, Int2PagedKVCache, LayerRotation, ops
-
-    spec = CacheSpec(num_kv_heads=8, head_dim=128, page_size=16, kv_layout="HND")
-    ctx = prefix + chunk
-    pages_per = -(-ctx // 16)
-    g = torch.Generator(device="cuda").manual_seed(3)
-    cache = Int2PagedKVCache.allocate(spec, batch * pages_per, batch, device="cuda")
-    for name in ("k_codes", "v_codes"):
-        getattr(cache, name).view(torch.int32).random_(generator=g)
-    for name in ("k_params", "v_params"):
-        t = getattr(cache, name)
-        t[..., 0].uniform_(0.05, 0.5, generator=g)
-        t[..., 1].uniform_(-1.0, 0.0, generator=g)
-    cache.k_window.normal_(generator=g)
-    cache.v_window.normal_(generator=g)
-    indices = torch.randperm(batch * pages_per, device="cuda", generator=g).to(torch.int32)
-    indptr = torch.arange(batch + 1, device="cuda", dtype=torch.int32) * pages_per
-    last = torch.full((batch,), ctx - (pages_per - 1) * 16, dtype=torch.int32, device="cuda")
-    slots = torch.arange(batch, dtype=torch.int32, device="cuda")
-    qr = [torch.linalg.qr(torch.randn(128, 128, device="cuda", generator=g,
-                                      dtype=torch.float64))[0].float() for _ in range(2)]
-    rot = LayerRotation(torch.stack([qr[0]] * 8), torch.stack([qr[1]] * 8), 0.95, 0.95)
-    nnz = batch * chunk
-    q = torch.randn(nnz, 32, 128, device="cuda", generator=g).to(torch.bfloat16)
-    k = torch.randn(nnz, 8, 128, device="cuda", generator=g).to(torch.bfloat16)
-    v = torch.randn(nnz, 8, 128, device="cuda", generator=g).to(torch.bfloat16)
-    qo = torch.arange(batch + 1, device="cuda", dtype=torch.int32) * chunk
-    out = torch.empty_like(q)
-
-    def call():
-        ops.paged_extend_attention(q, k, v, qo, cache, indptr, indices, last, slots, rot,
-                                   out=out, backend="triton", check_bounds=False)
-    return call
+    """The Qwen3-8B-shaped INT2 extend call of perf/bench_prefill.py."""
+    from perf.bench_prefill import int2_call
+    return int2_call(batch, prefix, chunk)
 
 
 def flashinfer_call(batch: int, prefix: int, chunk: int):
-    import flashinfer
-    import torch
-
-    ctx = prefix + chunk
-    pages_per = -(-ctx // 16)
-    g = torch.Generator(device="cuda").manual_seed(4)
-    shape = (batch * pages_per, 8, 16, 128)
-    kp = torch.randn(shape, device="cuda", generator=g).to(torch.bfloat16)
-    vp = torch.randn(shape, device="cuda", generator=g).to(torch.bfloat16)
-    indices = torch.randperm(batch * pages_per, device="cuda", generator=g).to(torch.int32)
-    indptr = torch.arange(batch + 1, device="cuda", dtype=torch.int32) * pages_per
-    last = torch.full((batch,), ctx - (pages_per - 1) * 16, dtype=torch.int32, device="cuda")
-    qo = torch.arange(batch + 1, device="cuda", dtype=torch.int32) * chunk
-    q = torch.randn(batch * chunk, 32, 128, device="cuda", generator=g).to(torch.bfloat16)
-    out = torch.empty_like(q)
-    ws = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    w = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "HND", backend="fa2")
-    w.plan(qo, indptr, indices, last, 32, 8, 128, 16, causal=True,
-           q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16)
-    return lambda: w.run(q, (kp, vp), out=out), (kp, vp, ws)
+    """FlashInfer's BF16 paged prefill on the same shape (perf/bench_prefill.py)."""
+    from perf.bench_prefill import flashinfer_call as call
+    return call(batch, prefix, chunk)
 
 
 def main(argv=None) -> int:
