@@ -167,6 +167,31 @@ def _time(make, graph: bool, rep: int):
         return None, f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
 
 
+def profile_int2(batch: int, prefix: int, chunk: int, calls: int = 3) -> None:
+    """Print the INT2 op's CUDA kernel times per call (torch profiler, eager, warm)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    call = int2_call(batch, prefix, chunk)
+    for _ in range(2):
+        call()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            call()
+        torch.cuda.synchronize()
+    ev = [e for e in prof.key_averages() if e.device_time_total > 0]
+    ev.sort(key=lambda e: -e.device_time_total)
+    total = sum(e.self_device_time_total for e in ev) / calls / 1e3
+    print(f"profile batch={batch} prefix={prefix} chunk={chunk}: device {total:.3f} ms per call",
+          flush=True)
+    for e in ev[:14]:
+        print(f"  {e.self_device_time_total / calls / 1e3:8.3f} ms  x{e.count // calls:<4d} "
+              f"{e.key[:110]}", flush=True)
+    del call
+    torch.cuda.empty_cache()
+
+
 INT2_PATHS = {"dense": dict(EXTEND_INT2_DENSE=True, EXTEND_INT2_MIN_PROGRAMS_PER_SM=0),
               "kernel": dict(EXTEND_INT2_DENSE=False, EXTEND_INT2_MIN_PROGRAMS_PER_SM=0),
               "one": dict(EXTEND_INT2_DENSE=False, EXTEND_INT2_MIN_PROGRAMS_PER_SM=10 ** 9)}
@@ -185,6 +210,8 @@ def main(argv=None) -> int:
                     help="launch constants of oscar_kernels.triton.paged_extend to try, "
                          "e.g. EXTEND_PART_BLOCK_M=64")
     ap.add_argument("--no-baselines", action="store_true", help="time the INT2 op only")
+    ap.add_argument("--profile", default=None, metavar="B:P:C,...",
+                    help="also print the INT2 op's kernel times (torch profiler) for these cases")
     a = ap.parse_args(argv)
     if a.fi_site:
         sys.path.insert(0, a.fi_site)
@@ -252,6 +279,8 @@ def main(argv=None) -> int:
     cols += [(f"int2_{p}_ms", f"INT2 {p} ms", ".3f") for p in paths]
     table = markdown_table(rows, cols)
     print(table, flush=True)
+    for c in (a.profile.split(",") if a.profile else []):
+        profile_int2(*(int(x) for x in c.split(":")))
     if a.out:
         gpu = head.get("gpu", "gpu").lower().replace("nvidia ", "").replace(" ", "-")
         stem = f"{_dt.date.today().isoformat()}_{gpu}_bench_prefill"

@@ -1,33 +1,32 @@
-"""The INT2 part of an extend as dense attention: dequantize, then a library BF16-class kernel.
+"""Extend attention as dense library attention: dequantize, then BF16-class kernels.
 
-An extend query at position ``t`` reads position ``p`` from the INT2 pages when
-``S <= p <= t - W`` (docs/format.md). For one sequence of ``L`` tokens whose last ``n`` are
-the chunk, those keys are the positions ``[S, L - W)`` and the visibility is a causal mask
-aligned to the bottom right: with the keys numbered ``j = p - S`` and the queries ``i``,
-query ``i`` sees ``j <= i + (L_k - n)``, ``L_k = L - W - S``. So the INT2 part is ordinary
-causal attention over dequantized keys, which the best dense attention kernels run near
-the tensor cores' rate.
+An extend query at position ``t`` reads position ``p <= t`` in BF16 when ``p < S`` or
+``p > t - W`` and from the INT2 pages otherwise (docs/format.md). Split the keys of each
+query into two sets that ordinary masks describe:
 
-:func:`int2_part_dense` writes what ``_extend_int2_kernel`` writes (the unnormalized
-partial ``(m, l, o)`` per (token, query head), in rotated space, ``m`` in log2 units of the
-scaled score) for ``_paged_extend_kernel`` to merge with the BF16 rows:
+* **the old keys** ``p <= t - W``: the sink rows (BF16) and the INT2 rows, both in one
+  fp16 workspace. For a sequence of ``L`` tokens whose last ``n`` are the chunk, these are
+  the positions ``[0, L - W)`` and query ``i`` sees ``p <= i + (L - W - n)``: causal
+  attention aligned to the bottom right, run as an unmasked call over the keys every
+  query sees (all ``GQA`` heads of a KV head folded into the query rows) plus a top-left
+  causal call over the last ``n'`` keys (``_old_keys``);
+* **the window** ``t - W < p <= t``: BF16 rows only (the ring as it was before the chunk,
+  the sink rows and the chunk's own rows), a causal sliding window of ``W`` keys; one
+  variable-length call for the whole batch (``_window_keys``).
 
-1. ``_dequant_rows_kernel`` writes the INT2 rows of one sequence, in tiles of at most
-   ``DENSE_TILE_TOKENS`` positions, as ``zero + scale * code`` (fp32, then fp16: exact
-   up to the fp16 rounding of the dequantized value) into a bounded workspace
-   ``[num_kv_heads, tokens, head_dim]``;
-2. the queries (rotated once, fp16) attend each tile: tiles entirely below the first
-   query's horizon without a mask (all ``GQA`` heads of a KV head folded into the query
-   rows, one call), the last ``n'`` keys with a top-left causal mask (the bottom-right
-   diagonal shifted onto the chunk), each call returning its log-sum-exp;
-3. the parts merge by their log-sum-exp (fp32).
+Each call returns its log-sum-exp; ``_merge_part_kernel`` merges the old-key parts per
+(token, query head) in fp32 and ``_merge_unrotate_kernel`` merges the window part, un-rotates
+once (``o' @ R_V^T``) and stores ``o`` and the log-sum-exp.
 
-Queries with no INT2 key (``t - W < S``) get ``m = -inf, l = 0, o = 0``.
+Library kernels on CUDA: torch's cuDNN attention for the old keys (its flash attention when
+cuDNN is not there), torch's variable-length flash attention with a sliding window for the
+window. On a CPU both run as fp32 torch math, so the interpreter tests run this whole path.
 
-The dense calls go to torch's cuDNN attention when it is there, else its flash attention
-(:func:`attention_lse`); on a CPU they run as fp32 torch math, so the interpreter tests
-run this whole path. The fp16 workspace holds ``2 x H x max(chunk, min(tile, keys)) x D``
-values (256 MiB for 8 KV heads x 128 at the default 64K-token tile).
+The workspace holds ``2 x H x max(chunk, min(tile, keys)) x D`` fp16 values (256 MiB for 8
+KV heads x 128 at the default 64K-token tile): ``_dequant_rows_kernel`` writes
+``zero + scale * code`` (fp32, then fp16: exact up to the fp16 rounding of the dequantized
+value) and the sink rows are copied from the window store (BF16 to fp16 is exact in fp16's
+normal range).
 """
 
 from __future__ import annotations
@@ -44,6 +43,8 @@ LOG2E = 1.4426950408889634
 DENSE_TILE_TOKENS = 65536
 #: Rows per program of the dequantize kernel.
 DEQUANT_BLOCK_N = 64
+#: Token rows per program of the merge kernels.
+MERGE_BLOCK_R = 32
 
 
 @triton.jit
@@ -95,12 +96,89 @@ def dequantize_rows(codes: torch.Tensor, params: torch.Tensor, kv_layout: str,
     return out
 
 
-def _math_attention_lse(q, k, v, causal: bool, scale: float):
+@triton.jit
+def _merge_part_kernel(
+    acc_o, acc_lse, row0, nrows, HQ,                   # acc [nnz, HQ, D], [nnz, HQ] fp32
+    src_o, so_n, so_h, src_lse, sl_n, sl_h,            # one part: rows [row0, row0 + nrows)
+    D: tl.constexpr, BLOCK_R: tl.constexpr,
+):
+    """``acc <- acc ∪ part`` per (token, query head): normalized outputs weighted by their
+    share of the union's log-sum-exp (``acc_lse = -inf``: no keys yet, ``acc_o`` unread).
+    Grid ``(cdiv(nrows, BLOCK_R), HQ)``."""
+    i = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    hq = tl.program_id(1)
+    ok = i < nrows
+    d = tl.arange(0, D)
+    i64 = i.to(tl.int64)
+    lse_s = tl.load(src_lse + i64 * sl_n + hq * sl_h, mask=ok, other=float("-inf"))
+    o_s = tl.load(src_o + i64[:, None] * so_n + hq * so_h + d[None, :], mask=ok[:, None],
+                  other=0.0).to(tl.float32)
+    arow = (row0 + i64) * HQ + hq
+    lse_a = tl.load(acc_lse + arow, mask=ok, other=float("-inf"))
+    has_a = lse_a > float("-inf")
+    o_a = tl.load(acc_o + arow[:, None] * D + d[None, :], mask=(ok & has_a)[:, None], other=0.0)
+    m = tl.maximum(lse_a, lse_s)
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    wa = tl.exp(lse_a - m_safe)
+    ws = tl.exp(lse_s - m_safe)
+    tot = wa + ws
+    inv = tl.where(tot > 0, 1.0 / tl.where(tot > 0, tot, 1.0), 0.0)
+    o = (o_a * wa[:, None] + o_s * ws[:, None]) * inv[:, None]
+    lse = tl.where(tot > 0, m_safe + tl.log(tl.where(tot > 0, tot, 1.0)), float("-inf"))
+    tl.store(acc_o + arow[:, None] * D + d[None, :], o, mask=ok[:, None])
+    tl.store(acc_lse + arow, lse, mask=ok)
+
+
+@triton.jit
+def _merge_unrotate_kernel(
+    acc_o, acc_lse, nnz,                               # old-key parts [nnz, HQ, D], [nnz, HQ]
+    win_o, sw_n, sw_h, win_lse, swl_n, swl_h,          # window part
+    rot_v, stride_rh, stride_rd,                       # R_V [H, D, D] fp32
+    out_ptr, so_n, so_h, lse_ptr, sl_n,                # out [nnz, HQ, D], lse [nnz, HQ]
+    HQ: tl.constexpr, GQA: tl.constexpr, D: tl.constexpr, BLOCK_R: tl.constexpr,
+):
+    """``o = (old ∪ window) @ R_V^T`` and the union's log-sum-exp; grid
+    ``(cdiv(nnz, BLOCK_R), HQ)``."""
+    i = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    hq = tl.program_id(1)
+    ok = i < nnz
+    d = tl.arange(0, D)
+    i64 = i.to(tl.int64)
+    lse_w = tl.load(win_lse + i64 * swl_n + hq * swl_h, mask=ok, other=float("-inf"))
+    o_w = tl.load(win_o + i64[:, None] * sw_n + hq * sw_h + d[None, :], mask=ok[:, None],
+                  other=0.0).to(tl.float32)
+    arow = i64 * HQ + hq
+    lse_a = tl.load(acc_lse + arow, mask=ok, other=float("-inf"))
+    has_a = lse_a > float("-inf")
+    o_a = tl.load(acc_o + arow[:, None] * D + d[None, :], mask=(ok & has_a)[:, None], other=0.0)
+    m = tl.maximum(lse_a, lse_w)
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    wa = tl.exp(lse_a - m_safe)
+    ww = tl.exp(lse_w - m_safe)
+    tot = wa + ww
+    inv = tl.where(tot > 0, 1.0 / tl.where(tot > 0, tot, 1.0), 0.0)
+    o = (o_a * wa[:, None] + o_w * ww[:, None]) * inv[:, None]
+    lse = tl.where(tot > 0, m_safe + tl.log(tl.where(tot > 0, tot, 1.0)), float("-inf"))
+    # un-rotate: o @ R_V^T, R_V^T[k, e] = R_V[e, k]
+    rt = rot_v + (hq // GQA) * stride_rh + d[None, :] * stride_rd + d[:, None]
+    res = tl.dot(o, tl.load(rt), input_precision="tf32x3")
+    tl.store(out_ptr + i64[:, None] * so_n + hq * so_h + d[None, :],
+             res.to(out_ptr.dtype.element_ty), mask=ok[:, None])
+    tl.store(lse_ptr + i64 * sl_n + hq, lse, mask=ok)
+
+
+def _math_attention_lse(q, k, v, scale: float, diag: int | None, window: int | None = None):
+    """fp32 reference of the library calls: ``q [B, H, Lq, D]``, ``k``, ``v [B, H, Lk, D]``;
+    with ``diag``, query ``i`` sees key ``j <= i + diag`` (and ``j > i + diag - window``)."""
     s = torch.einsum("bhqd,bhkd->bhqk", q.float(), k.float()) * scale
-    if causal:
+    if diag is not None:
         lq, lk = s.shape[-2:]
-        mask = torch.ones(lq, lk, dtype=torch.bool, device=s.device).tril()
-        s = s.masked_fill(~mask, float("-inf"))
+        rel = (torch.arange(lk, device=s.device)[None, :]
+               - torch.arange(lq, device=s.device)[:, None] - diag)
+        vis = rel <= 0
+        if window is not None:
+            vis &= rel > -window
+        s = s.masked_fill(~vis, float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
     o = torch.einsum("bhqk,bhkd->bhqd", torch.softmax(s, dim=-1), v.float())
     return o, lse
@@ -115,7 +193,7 @@ def attention_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     attention, else its flash attention; CPU: fp32 math.
     """
     if q.device.type != "cuda":
-        return _math_attention_lse(q, k, v, causal, scale)
+        return _math_attention_lse(q, k, v, scale, 0 if causal else None)
     try:
         res = torch.ops.aten._scaled_dot_product_cudnn_attention(
             q, k, v, None, True, 0.0, causal, False, scale=scale)
@@ -126,79 +204,202 @@ def attention_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     return o, lse.reshape(q.shape[:3]).float()
 
 
-def _merge(o_a, lse_a, o_b, lse_b):
-    """Two normalized partials ``o [..., D]`` (fp32), ``lse [...]`` -> their union."""
-    lse = torch.logaddexp(lse_a, lse_b)
-    return (o_a * torch.exp(lse_a - lse)[..., None] + o_b * torch.exp(lse_b - lse)[..., None],
-            lse)
+def window_attention_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: list[int],
+                         cu_k: list[int], window: int, scale: float
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Variable-length causal sliding-window attention, aligned to the bottom right.
+
+    Sequence ``b`` has queries ``q[cu_q[b]:cu_q[b+1]]`` and keys ``k[cu_k[b]:cu_k[b+1]]``
+    (``q [Nq, Hq, D]``, ``k``, ``v [Nk, H, D]``, ``Hq`` a multiple of ``H``); its query ``i``
+    sees key ``j`` when ``i + Lk - Lq - window < j <= i + Lk - Lq``. Returns
+    ``o [Nq, Hq, D]`` and the natural log-sum-exp ``lse [Nq, Hq]`` (a strided view). CUDA:
+    torch's variable-length flash attention; CPU: fp32 math.
+    """
+    nq, hq, d = q.shape
+    g = hq // k.shape[1]
+    if q.device.type == "cuda":
+        dev = q.device
+        cq = torch.tensor(cu_q, dtype=torch.int32).to(dev, non_blocking=True)
+        ck = torch.tensor(cu_k, dtype=torch.int32).to(dev, non_blocking=True)
+        lens_q = [b - a for a, b in zip(cu_q, cu_q[1:])]
+        lens_k = [b - a for a, b in zip(cu_k, cu_k[1:])]
+        o, lse = torch.ops.aten._flash_attention_forward(
+            q, k, v, cq, ck, max(lens_q), max(lens_k), 0.0, True, False, scale=scale,
+            window_size_left=window - 1, window_size_right=0)[:2]
+        if lse.dim() == 2:                              # [Hq, Nq]
+            return o, lse.t()
+        # [B, Hq, max_q] (padded per sequence)
+        rows = torch.cat([torch.arange(n) for n in lens_q]).to(dev)
+        seq = torch.repeat_interleave(torch.arange(len(lens_q)), torch.tensor(lens_q)).to(dev)
+        return o, lse[seq, :, rows]
+    o = torch.empty((nq, hq, d), dtype=torch.float32, device=q.device)
+    lse = torch.empty((nq, hq), dtype=torch.float32, device=q.device)
+    for b in range(len(cu_q) - 1):
+        qs, ks = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        lq, lk = qs.stop - qs.start, ks.stop - ks.start
+        if lq == 0:
+            continue
+        kk = k[ks].repeat_interleave(g, dim=1).permute(1, 0, 2)[None]
+        vv = v[ks].repeat_interleave(g, dim=1).permute(1, 0, 2)[None]
+        ob, lb = _math_attention_lse(q[qs].permute(1, 0, 2)[None], kk, vv, scale, lk - lq, window)
+        o[qs] = ob[0].permute(1, 0, 2)
+        lse[qs] = lb[0].t()
+    return o, lse
 
 
-def int2_part_dense(qr: torch.Tensor, cache, kv_indptr_host: list[int], kv_indices: torch.Tensor,
-                    seq_lens_host: list[int], qo_host: list[int], sm_scale: float,
-                    part_o: torch.Tensor, part_ml: torch.Tensor) -> None:
-    """Fill ``part_o [nnz, Hq, D]`` / ``part_ml [nnz, Hq, 2]`` (fp32) with each query's
-    attention over its INT2 keys (see the module docstring); ``qr [nnz, Hq, D]`` is the
-    rotated, unscaled query (fp32). Sequences are attended one after another."""
+def _merge_part(acc_o, acc_lse, row0: int, o, lse) -> None:
+    """Merge one part ``o [rows, Hq, D]`` / ``lse [rows, Hq]`` (any strides, D contiguous)
+    into ``acc`` rows ``[row0, row0 + rows)``."""
+    nrows, hq, d = o.shape
+    if o.stride(-1) != 1:
+        o = o.contiguous()
+    _merge_part_kernel[(triton.cdiv(nrows, MERGE_BLOCK_R), hq)](
+        acc_o, acc_lse, row0, nrows, hq, o, o.stride(0), o.stride(1), lse, lse.stride(0),
+        lse.stride(1), D=d, BLOCK_R=MERGE_BLOCK_R)
+
+
+def _seq_plan(seq_len: int, n: int, sink: int, recent: int) -> tuple[int, int, int]:
+    """One sequence's old-key geometry: ``(i0, lq, off)``: its first query with an old key
+    (``t - W >= 0``), how many queries have one, and how many keys all of them see."""
+    prefix = seq_len - n
+    lk = seq_len - recent                           # old keys of the last query
+    i0 = min(n, max(0, recent - prefix))
+    if lk <= 0:
+        i0 = n
+    lq = n - i0
+    return i0, lq, lk - lq
+
+
+def _old_keys(qh, cache, slot: int, kv_indices, first_page: int, seq_len: int, row0: int,
+              n: int, sm_scale: float, acc_o, acc_lse, ws_k, ws_v) -> None:
+    """Merge into ``acc`` the attention of one sequence's chunk queries over their old keys
+    (positions ``p <= t - W``; the module docstring)."""
     spec = cache.spec
     s_, w_ = spec.sink_size, spec.recent_size
     h, d = spec.num_kv_heads, spec.head_dim
-    nnz, hq, _ = qr.shape
+    hq = qh.shape[1]
     g = hq // h
-    dtype = torch.float16
-    plans = []
-    for b, seq_len in enumerate(seq_lens_host):
-        n = qo_host[b + 1] - qo_host[b]
-        lk = seq_len - w_ - s_                       # INT2 keys of the last query
-        i0 = min(n, max(0, w_ + s_ - (seq_len - n)))  # first query with an INT2 key
-        if lk <= 0:
-            i0 = n
-        if i0 > 0:                                   # rows without INT2 keys: empty partial
-            empty = slice(qo_host[b], qo_host[b] + i0)
-            part_o[empty] = 0.0
-            part_ml[empty, :, 0] = float("-inf")
-            part_ml[empty, :, 1] = 0.0
-        if i0 < n:
-            plans.append((b, i0, n - i0, lk - (n - i0)))  # (seq, first query, queries, free keys)
-    if not plans:
+    i0, lq, off = _seq_plan(seq_len, n, s_, w_)
+    if lq == 0:
         return
-    ws_rows = max(max(lq for _, _, lq, _ in plans),
-                  min(DENSE_TILE_TOKENS, max(off for *_, off in plans)))
-    ws_k = torch.empty((h, ws_rows, d), dtype=dtype, device=qr.device)
-    ws_v = torch.empty((h, ws_rows, d), dtype=dtype, device=qr.device)
+    rows = slice(row0 + i0, row0 + n)
 
-    def load(b, k0, cnt):
-        for codes, params, ws in ((cache.k_codes, cache.k_params, ws_k),
-                                  (cache.v_codes, cache.v_params, ws_v)):
-            dequantize_rows(codes, params, spec.kv_layout, kv_indices, kv_indptr_host[b],
-                            s_ + k0, cnt, spec.page_size, spec.num_groups, ws)
+    def load(k0: int, cnt: int) -> None:
+        """Workspace rows ``[0, cnt)`` = positions ``[k0, k0 + cnt)``: sink rows copied,
+        the rest dequantized."""
+        sink_hi = min(s_, k0 + cnt)
+        for win, codes, params, ws in ((cache.k_window, cache.k_codes, cache.k_params, ws_k),
+                                       (cache.v_window, cache.v_codes, cache.v_params, ws_v)):
+            if k0 < sink_hi:
+                ws[:, :sink_hi - k0].copy_(win[slot, k0:sink_hi].permute(1, 0, 2))
+            lo = max(k0, s_)
+            if lo < k0 + cnt:
+                dequantize_rows(codes, params, spec.kv_layout, kv_indices, first_page, lo,
+                                k0 + cnt - lo, spec.page_size, spec.num_groups,
+                                ws[:, lo - k0:])
 
-    for b, i0, lq, off in plans:
-        rows = slice(qo_host[b] + i0, qo_host[b] + i0 + lq)
-        q16 = qr[rows].to(dtype)                                        # [lq, Hq, D]
-        parts = []
-        if off > 0:
-            # keys [0, off): every query sees them (no mask; a KV head's GQA heads folded
-            # into the query rows), in workspace tiles
-            q_fold = q16.reshape(lq, h, g, d).permute(1, 2, 0, 3).reshape(1, h, g * lq, d)
-            for k0 in range(0, off, DENSE_TILE_TOKENS):
-                cnt = min(DENSE_TILE_TOKENS, off - k0)
-                load(b, k0, cnt)
-                o, lse = attention_lse(q_fold, ws_k[None, :, :cnt], ws_v[None, :, :cnt],
-                                       False, sm_scale)
-                parts.append((o.float().reshape(h, g, lq, d).permute(2, 0, 1, 3)
-                              .reshape(lq, hq, d),
-                              lse.reshape(h, g, lq).permute(2, 0, 1).reshape(lq, hq)))
-        # keys [off, off + lq): query i sees key off + i' for i' <= i (top-left causal)
-        load(b, off, lq)
-        kc = ws_k[:, :lq].repeat_interleave(g, dim=0)[None]            # [1, Hq, lq, D]
-        vc = ws_v[:, :lq].repeat_interleave(g, dim=0)[None]
-        o, lse = attention_lse(q16.permute(1, 0, 2)[None], kc, vc, True, sm_scale)
-        o_acc, lse_acc = o[0].float().permute(1, 0, 2), lse[0].permute(1, 0)
-        for o, lse in parts:
-            o_acc, lse_acc = _merge(o_acc, lse_acc, o, lse)
-        part_o[rows] = o_acc
-        part_ml[rows, :, 0] = lse_acc * LOG2E
-        part_ml[rows, :, 1] = 1.0
+    q16 = qh[rows]                                                     # [lq, Hq, D]
+    if off > 0:
+        # keys [0, off): every query sees them (no mask; a KV head's GQA heads folded into
+        # the query rows, so the output is [Hq, lq, D] in memory), in workspace tiles
+        q_fold = q16.reshape(lq, h, g, d).permute(1, 2, 0, 3).reshape(1, h, g * lq, d)
+        for k0 in range(0, off, DENSE_TILE_TOKENS):
+            cnt = min(DENSE_TILE_TOKENS, off - k0)
+            load(k0, cnt)
+            o, lse = attention_lse(q_fold, ws_k[None, :, :cnt], ws_v[None, :, :cnt], False,
+                                   sm_scale)
+            o = o.reshape(hq, lq, d)
+            _merge_part(acc_o, acc_lse, rows.start, o.permute(1, 0, 2),
+                        lse.reshape(hq, lq).t())
+    # keys [off, off + lq): query i sees key off + i' for i' <= i (top-left causal)
+    load(off, lq)
+    kc = ws_k[:, :lq].repeat_interleave(g, dim=0)[None]                # [1, Hq, lq, D]
+    vc = ws_v[:, :lq].repeat_interleave(g, dim=0)[None]
+    o, lse = attention_lse(q16.permute(1, 0, 2)[None], kc, vc, True, sm_scale)
+    _merge_part(acc_o, acc_lse, rows.start, o[0].permute(1, 0, 2), lse[0].t())
 
 
-__all__ = ["attention_lse", "dequantize_rows", "int2_part_dense", "DENSE_TILE_TOKENS"]
+def _window_rows(cache, k_new, v_new, window_slots: list[int], seq_lens: list[int],
+                 qo: list[int], dtype) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+    """The BF16 rows the window part reads, per sequence positions
+    ``[max(0, prefix - W + 1), seq_len)`` in order: the pre-chunk positions from the window
+    store (sink row ``p`` or ring row ``S + p % W``), then the chunk's rotated rows."""
+    spec = cache.spec
+    s_, w_ = spec.sink_size, spec.recent_size
+    cu_k = [0]
+    old_dst, old_slot, old_row, new_dst, new_src = [], [], [], [], []
+    for b, seq_len in enumerate(seq_lens):
+        n = qo[b + 1] - qo[b]
+        prefix = seq_len - n
+        lo = max(0, prefix - w_ + 1)
+        p = torch.arange(lo, prefix)
+        old_dst.append(cu_k[-1] + p - lo)
+        old_slot.append(torch.full_like(p, window_slots[b]))
+        old_row.append(torch.where(p < s_, p, s_ + p % max(w_, 1)))
+        new_dst.append(cu_k[-1] + prefix - lo + torch.arange(n))
+        new_src.append(torch.arange(qo[b], qo[b + 1]))
+        cu_k.append(cu_k[-1] + seq_len - lo)
+    dev = k_new.device
+    idx = torch.cat([torch.cat(x) for x in (old_dst, old_slot, old_row, new_dst, new_src)])
+    idx = idx.to(dev, non_blocking=True)
+    n_old = sum(len(x) for x in old_dst)
+    n_new = sum(len(x) for x in new_dst)
+    o_dst, o_slot, o_row = idx[:n_old], idx[n_old:2 * n_old], idx[2 * n_old:3 * n_old]
+    n_dst, n_src = idx[3 * n_old:3 * n_old + n_new], idx[3 * n_old + n_new:]
+    out = []
+    for win, new in ((cache.k_window, k_new), (cache.v_window, v_new)):
+        kb = torch.empty((cu_k[-1], spec.num_kv_heads, spec.head_dim), dtype=dtype, device=dev)
+        if n_old:
+            kb[o_dst] = win[o_slot, o_row].to(dtype)
+        kb[n_dst] = new[n_src].to(dtype)
+        out.append(kb)
+    return out[0], out[1], cu_k
+
+
+def extend_attention_dense(qr: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
+                           cache, kv_indptr_host: list[int], kv_indices: torch.Tensor,
+                           seq_lens_host: list[int], qo_host: list[int],
+                           window_slots_host: list[int], rot_v: torch.Tensor, sm_scale: float,
+                           out: torch.Tensor, lse: torch.Tensor) -> None:
+    """Attention of an extend whose pages and sink rows are written and whose ring is not
+    (the pre-chunk ring is read): ``qr [nnz, Hq, D]`` is the rotated, unscaled query,
+    ``k_new``/``v_new [nnz, H, D]`` the chunk's rotated BF16 rows. Writes
+    ``out [nnz, Hq, D]`` (model space) and ``lse [nnz, Hq]`` (natural log)."""
+    spec = cache.spec
+    h, d = spec.num_kv_heads, spec.head_dim
+    nnz, hq, _ = qr.shape
+    dtype = torch.float16
+    qh = qr.to(dtype)
+    acc_o = torch.empty((nnz, hq, d), dtype=torch.float32, device=qr.device)
+    acc_lse = torch.full((nnz, hq), float("-inf"), dtype=torch.float32, device=qr.device)
+    plans = [_seq_plan(n_, qo_host[b + 1] - qo_host[b], spec.sink_size, spec.recent_size)
+             for b, n_ in enumerate(seq_lens_host)]
+    need = [(lq, off) for _, lq, off in plans if lq > 0]
+    if need:
+        ws_rows = max(max(lq for lq, _ in need), min(DENSE_TILE_TOKENS, max(o for _, o in need)))
+        ws_k = torch.empty((h, ws_rows, d), dtype=dtype, device=qr.device)
+        ws_v = torch.empty((h, ws_rows, d), dtype=dtype, device=qr.device)
+        for b, seq_len in enumerate(seq_lens_host):
+            _old_keys(qh, cache, window_slots_host[b], kv_indices, kv_indptr_host[b], seq_len,
+                      qo_host[b], qo_host[b + 1] - qo_host[b], sm_scale, acc_o, acc_lse,
+                      ws_k, ws_v)
+    if spec.recent_size > 0:
+        kb, vb, cu_k = _window_rows(cache, k_new, v_new, window_slots_host, seq_lens_host,
+                                    qo_host, dtype)
+        o_w, lse_w = window_attention_lse(qh, kb, vb, qo_host, cu_k, spec.recent_size,
+                                          sm_scale)
+    else:                                          # no window: an empty part
+        o_w = torch.zeros((1, 1, d), dtype=torch.float32, device=qr.device).expand(nnz, hq, d)
+        lse_w = torch.full((1, 1), float("-inf"), device=qr.device).expand(nnz, hq)
+    if o_w.stride(-1) != 1:
+        o_w = o_w.contiguous()
+    rot_v = rot_v if rot_v.stride(-1) == 1 else rot_v.contiguous()
+    _merge_unrotate_kernel[(triton.cdiv(nnz, MERGE_BLOCK_R), hq)](
+        acc_o, acc_lse, nnz, o_w, o_w.stride(0), o_w.stride(1), lse_w, lse_w.stride(0),
+        lse_w.stride(1), rot_v, rot_v.stride(0), rot_v.stride(1),
+        out, out.stride(0), out.stride(1), lse, lse.stride(0),
+        HQ=hq, GQA=hq // h, D=d, BLOCK_R=MERGE_BLOCK_R)
+
+
+__all__ = ["attention_lse", "dequantize_rows", "extend_attention_dense", "window_attention_lse",
+           "DENSE_TILE_TOKENS"]

@@ -55,7 +55,7 @@ from ..spec import seq_lens_from_page_table
 from ._blocks import (_bf16_block, _int2_block, _int2_block_whole, _int2_query, _int2_scale,
                       _int2_unscale, _join4, _rotate_quarter, _split4)
 from ._common import interpret_mode, num_sms, page_strides
-from .extend_dense import int2_part_dense
+from .extend_dense import extend_attention_dense
 from .quantize_append import DEFAULT_SM_COUNT, quantize_append_paged_kv_cache_triton
 
 LOG2E = 1.4426950408889634
@@ -488,20 +488,30 @@ def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
     sw = cache.k_window.stride()
     bq = max(1, (16 if interp else EXTEND_INT2_BLOCK_M) // gp)
     dense = extend_dense_part(q.device, max_seq_len, max_chunk)
-    int2_part = dense or extend_int2_part(max_chunk, h, batch_size, gqa, q.device)
+    if dense:
+        # every key set as library dense attention (extend_dense.py)
+        qr = torch.einsum("nhgd,hde->nhge", q.to(torch.float32).reshape(nnz, h, gqa, d),
+                          rot_k).reshape(nnz, num_qo_heads, d)
+        host = torch.cat([seq_lens.long(), qo, kv_indptr.long(), window_slots.long()]).tolist()
+        nb = batch_size
+        extend_attention_dense(qr, k_new, v_new, cache, host[2 * nb + 1:3 * nb + 2], kv_indices,
+                               host[:nb], host[nb:2 * nb + 1], host[3 * nb + 2:], rot_v,
+                               sm_scale, out, lse)
+        quantize_append_paged_kv_cache_triton(cache, append_key, append_value, batch_indices,
+                                              positions, *table, write_pages=False,
+                                              write_recent=True)
+        if result is not None and result.data_ptr() != out.data_ptr():
+            result.copy_(out)
+            out = result
+        return out, lse
+    int2_part = extend_int2_part(max_chunk, h, batch_size, gqa, q.device)
     if int2_part:
         # the INT2 pages first, in wide row tiles: q rotated and scaled once (fp32, torch),
         # the partial (m, l, o) per (token, query head) merged by the kernel below
         qr = torch.einsum("nhgd,hde->nhge", q.to(torch.float32).reshape(nnz, h, gqa, d),
-                          rot_k).reshape(nnz, num_qo_heads, d)
+                          rot_k).reshape(nnz, num_qo_heads, d) * (float(sm_scale) * LOG2E)
         part_o = torch.empty((nnz, num_qo_heads, d), dtype=torch.float32, device=q.device)
         part_ml = torch.empty((nnz, num_qo_heads, 2), dtype=torch.float32, device=q.device)
-        if dense:
-            host = torch.cat([seq_lens.long(), qo, kv_indptr.long()]).tolist()
-            int2_part_dense(qr, cache, host[2 * batch_size + 1:], kv_indices, host[:batch_size],
-                            host[batch_size:2 * batch_size + 1], sm_scale, part_o, part_ml)
-        qr = qr * (float(sm_scale) * LOG2E)
-    if int2_part and not dense:
         _extend_int2_kernel[(triton.cdiv(max_chunk, bq), h, batch_size)](
             qr, qr.stride(0), qr.stride(1),
             cache.k_codes, cache.v_codes, *sc, cache.k_params, cache.v_params, *sp,
@@ -513,7 +523,6 @@ def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
             UNPACK=EXTEND_INT2_UNPACK, WHOLE=EXTEND_INT2_WHOLE and spec.num_groups == 1,
             num_warps=EXTEND_INT2_WARPS, num_stages=EXTEND_INT2_STAGES,
         )
-    if int2_part:
         # the BF16 rows next, from the same rotated query
         q_in, warps, stages = qr, EXTEND_PART_WARPS, EXTEND_PART_STAGES
         if not interp:
