@@ -45,6 +45,7 @@ DENSE_TILE_TOKENS = 65536
 DEQUANT_BLOCK_N = 64
 #: Token rows per program of the merge kernels.
 MERGE_BLOCK_R = 32
+UNROTATE_BLOCK_R = 64
 
 
 @triton.jit
@@ -97,6 +98,38 @@ def dequantize_rows(codes: torch.Tensor, params: torch.Tensor, kv_layout: str,
 
 
 @triton.jit
+def _rotate_rows_kernel(
+    x_ptr, sx_n, sx_h, rot_ptr, out_ptr, so_n, so_h, nrows,   # x [n, Hq, D] @ R [H, D, D]
+    GQA: tl.constexpr, D: tl.constexpr, BLOCK_R: tl.constexpr,
+):
+    """``out = x @ R_K`` per query head (its KV head's ``R``; fp32 products through
+    3xTF32 dots, stored in ``out``'s dtype); grid ``(cdiv(nrows, BLOCK_R), Hq)``."""
+    i = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    hq = tl.program_id(1)
+    ok = i < nrows
+    d = tl.arange(0, D)
+    i64 = i.to(tl.int64)
+    x = tl.load(x_ptr + i64[:, None] * sx_n + hq * sx_h + d[None, :], mask=ok[:, None],
+                other=0.0).to(tl.float32)
+    r = tl.load(rot_ptr + (hq // GQA).to(tl.int64) * D * D + d[:, None] * D + d[None, :])
+    y = tl.dot(x, r, input_precision="tf32x3")
+    tl.store(out_ptr + i64[:, None] * so_n + hq * so_h + d[None, :],
+             y.to(out_ptr.dtype.element_ty), mask=ok[:, None])
+
+
+def rotate_queries(q: torch.Tensor, rot_k: torch.Tensor, dtype=torch.float16) -> torch.Tensor:
+    """``q [n, Hq, D] @ R_K`` (``rot_k [H, D, D]`` float32) as ``dtype``, one kernel."""
+    n, hq, d = q.shape
+    rot_k = rot_k.to(torch.float32).contiguous()
+    out = torch.empty((n, hq, d), dtype=dtype, device=q.device)
+    if n:
+        _rotate_rows_kernel[(triton.cdiv(n, UNROTATE_BLOCK_R), hq)](
+            q, q.stride(0), q.stride(1), rot_k, out, out.stride(0), out.stride(1), n,
+            GQA=hq // rot_k.shape[0], D=d, BLOCK_R=UNROTATE_BLOCK_R)
+    return out
+
+
+@triton.jit
 def _merge_part_kernel(
     acc_o, acc_lse, row0, nrows, HQ,                   # acc [nnz, HQ, D], [nnz, HQ] fp32
     src_o, so_n, so_h, src_lse, sl_n, sl_h,            # one part: rows [row0, row0 + nrows)
@@ -133,7 +166,7 @@ def _merge_part_kernel(
 def _merge_unrotate_kernel(
     acc_o, acc_lse, nnz,                               # old-key parts [nnz, HQ, D], [nnz, HQ]
     win_o, sw_n, sw_h, win_lse, swl_n, swl_h,          # window part
-    rot_v, stride_rh, stride_rd,                       # R_V [H, D, D] fp32
+    rot_vt,                                            # R_V^T [H, D, D] fp32, contiguous
     out_ptr, so_n, so_h, lse_ptr, sl_n,                # out [nnz, HQ, D], lse [nnz, HQ]
     HQ: tl.constexpr, GQA: tl.constexpr, D: tl.constexpr, BLOCK_R: tl.constexpr,
 ):
@@ -159,8 +192,8 @@ def _merge_unrotate_kernel(
     inv = tl.where(tot > 0, 1.0 / tl.where(tot > 0, tot, 1.0), 0.0)
     o = (o_a * wa[:, None] + o_w * ww[:, None]) * inv[:, None]
     lse = tl.where(tot > 0, m_safe + tl.log(tl.where(tot > 0, tot, 1.0)), float("-inf"))
-    # un-rotate: o @ R_V^T, R_V^T[k, e] = R_V[e, k]
-    rt = rot_v + (hq // GQA) * stride_rh + d[None, :] * stride_rd + d[:, None]
+    # un-rotate: o @ R_V^T (rows of R_V^T read contiguously)
+    rt = rot_vt + (hq // GQA).to(tl.int64) * D * D + d[:, None] * D + d[None, :]
     res = tl.dot(o, tl.load(rt), input_precision="tf32x3")
     tl.store(out_ptr + i64[:, None] * so_n + hq * so_h + d[None, :],
              res.to(out_ptr.dtype.element_ty), mask=ok[:, None])
@@ -356,29 +389,54 @@ def _window_rows(cache, k_new, v_new, window_slots: list[int], seq_lens: list[in
     return out[0], out[1], cu_k
 
 
-def extend_attention_dense(qr: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
+def write_ring_rows(cache, k_new: torch.Tensor, v_new: torch.Tensor, window_slots: list[int],
+                    seq_lens: list[int], qo: list[int]) -> None:
+    """The chunk's rows that end in the recent window (``p >= max(S, L - W)``) into their
+    ring rows ``S + p % W``, from the rotated BF16 rows the attention read (what the
+    append kernel's ring pass writes, without rotating the chunk again)."""
+    spec = cache.spec
+    s_, w_ = spec.sink_size, spec.recent_size
+    if w_ == 0:
+        return
+    slot, row, src = [], [], []
+    for b, seq_len in enumerate(seq_lens):
+        n = qo[b + 1] - qo[b]
+        prefix = seq_len - n
+        p = torch.arange(max(s_, seq_len - w_, prefix), seq_len)
+        slot.append(torch.full_like(p, window_slots[b]))
+        row.append(s_ + p % w_)
+        src.append(qo[b] + p - prefix)
+    idx = torch.cat([torch.cat(x) for x in (slot, row, src)]).to(k_new.device, non_blocking=True)
+    m = idx.numel() // 3
+    if m == 0:
+        return
+    sl, rw, sr = idx[:m], idx[m:2 * m], idx[2 * m:]
+    cache.k_window[sl, rw] = k_new[sr]
+    cache.v_window[sl, rw] = v_new[sr]
+
+
+def extend_attention_dense(qh: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
                            cache, kv_indptr_host: list[int], kv_indices: torch.Tensor,
                            seq_lens_host: list[int], qo_host: list[int],
                            window_slots_host: list[int], rot_v: torch.Tensor, sm_scale: float,
                            out: torch.Tensor, lse: torch.Tensor) -> None:
     """Attention of an extend whose pages and sink rows are written and whose ring is not
-    (the pre-chunk ring is read): ``qr [nnz, Hq, D]`` is the rotated, unscaled query,
+    (the pre-chunk ring is read): ``qh [nnz, Hq, D]`` is the rotated, unscaled query (fp16),
     ``k_new``/``v_new [nnz, H, D]`` the chunk's rotated BF16 rows. Writes
     ``out [nnz, Hq, D]`` (model space) and ``lse [nnz, Hq]`` (natural log)."""
     spec = cache.spec
     h, d = spec.num_kv_heads, spec.head_dim
-    nnz, hq, _ = qr.shape
-    dtype = torch.float16
-    qh = qr.to(dtype)
-    acc_o = torch.empty((nnz, hq, d), dtype=torch.float32, device=qr.device)
-    acc_lse = torch.full((nnz, hq), float("-inf"), dtype=torch.float32, device=qr.device)
+    nnz, hq, _ = qh.shape
+    dtype = qh.dtype
+    acc_o = torch.empty((nnz, hq, d), dtype=torch.float32, device=qh.device)
+    acc_lse = torch.full((nnz, hq), float("-inf"), dtype=torch.float32, device=qh.device)
     plans = [_seq_plan(n_, qo_host[b + 1] - qo_host[b], spec.sink_size, spec.recent_size)
              for b, n_ in enumerate(seq_lens_host)]
     need = [(lq, off) for _, lq, off in plans if lq > 0]
     if need:
         ws_rows = max(max(lq for lq, _ in need), min(DENSE_TILE_TOKENS, max(o for _, o in need)))
-        ws_k = torch.empty((h, ws_rows, d), dtype=dtype, device=qr.device)
-        ws_v = torch.empty((h, ws_rows, d), dtype=dtype, device=qr.device)
+        ws_k = torch.empty((h, ws_rows, d), dtype=dtype, device=qh.device)
+        ws_v = torch.empty((h, ws_rows, d), dtype=dtype, device=qh.device)
         for b, seq_len in enumerate(seq_lens_host):
             _old_keys(qh, cache, window_slots_host[b], kv_indices, kv_indptr_host[b], seq_len,
                       qo_host[b], qo_host[b + 1] - qo_host[b], sm_scale, acc_o, acc_lse,
@@ -389,17 +447,16 @@ def extend_attention_dense(qr: torch.Tensor, k_new: torch.Tensor, v_new: torch.T
         o_w, lse_w = window_attention_lse(qh, kb, vb, qo_host, cu_k, spec.recent_size,
                                           sm_scale)
     else:                                          # no window: an empty part
-        o_w = torch.zeros((1, 1, d), dtype=torch.float32, device=qr.device).expand(nnz, hq, d)
-        lse_w = torch.full((1, 1), float("-inf"), device=qr.device).expand(nnz, hq)
+        o_w = torch.zeros((1, 1, d), dtype=torch.float32, device=qh.device).expand(nnz, hq, d)
+        lse_w = torch.full((1, 1), float("-inf"), device=qh.device).expand(nnz, hq)
     if o_w.stride(-1) != 1:
         o_w = o_w.contiguous()
-    rot_v = rot_v if rot_v.stride(-1) == 1 else rot_v.contiguous()
-    _merge_unrotate_kernel[(triton.cdiv(nnz, MERGE_BLOCK_R), hq)](
+    rot_vt = rot_v.to(torch.float32).transpose(1, 2).contiguous()
+    _merge_unrotate_kernel[(triton.cdiv(nnz, UNROTATE_BLOCK_R), hq)](
         acc_o, acc_lse, nnz, o_w, o_w.stride(0), o_w.stride(1), lse_w, lse_w.stride(0),
-        lse_w.stride(1), rot_v, rot_v.stride(0), rot_v.stride(1),
-        out, out.stride(0), out.stride(1), lse, lse.stride(0),
-        HQ=hq, GQA=hq // h, D=d, BLOCK_R=MERGE_BLOCK_R)
+        lse_w.stride(1), rot_vt, out, out.stride(0), out.stride(1), lse, lse.stride(0),
+        HQ=hq, GQA=hq // h, D=d, BLOCK_R=UNROTATE_BLOCK_R)
 
 
-__all__ = ["attention_lse", "dequantize_rows", "extend_attention_dense", "window_attention_lse",
-           "DENSE_TILE_TOKENS"]
+__all__ = ["attention_lse", "rotate_queries", "dequantize_rows", "extend_attention_dense", "window_attention_lse",
+           "write_ring_rows", "DENSE_TILE_TOKENS"]

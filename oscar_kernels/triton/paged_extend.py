@@ -55,7 +55,7 @@ from ..spec import seq_lens_from_page_table
 from ._blocks import (_bf16_block, _int2_block, _int2_block_whole, _int2_query, _int2_scale,
                       _int2_unscale, _join4, _rotate_quarter, _split4)
 from ._common import interpret_mode, num_sms, page_strides
-from .extend_dense import extend_attention_dense
+from .extend_dense import extend_attention_dense, rotate_queries, write_ring_rows
 from .quantize_append import DEFAULT_SM_COUNT, quantize_append_paged_kv_cache_triton
 
 LOG2E = 1.4426950408889634
@@ -468,11 +468,12 @@ def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
     batch_indices = batch_indices.to(torch.int32)
     positions = positions.to(torch.int32)
     table = (kv_indices, kv_indptr, kv_last_page_len, window_slots, rot_k, rot_v, k_clip, v_clip)
+    # the chunk's pages and sink rows, and its rotated rows bf16(x @ R) for the attention
+    k_new = torch.empty(append_key.shape, dtype=torch.bfloat16, device=q.device)
+    v_new = torch.empty_like(k_new)
     quantize_append_paged_kv_cache_triton(cache, append_key, append_value, batch_indices,
                                           positions, *table, write_pages=True,
-                                          write_recent=False)
-    k_new = torch.einsum("nhd,hde->nhe", append_key.to(torch.float32), rot_k).to(torch.bfloat16)
-    v_new = torch.einsum("nhd,hde->nhe", append_value.to(torch.float32), rot_v).to(torch.bfloat16)
+                                          write_recent=False, rows_out=(k_new, v_new))
 
     max_chunk, max_seq_len = torch.stack([chunk.max(), seq_lens.max().long()]).tolist()
     gp = triton.next_power_of_2(gqa)
@@ -490,16 +491,13 @@ def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
     dense = extend_dense_part(q.device, max_seq_len, max_chunk)
     if dense:
         # every key set as library dense attention (extend_dense.py)
-        qr = torch.einsum("nhgd,hde->nhge", q.to(torch.float32).reshape(nnz, h, gqa, d),
-                          rot_k).reshape(nnz, num_qo_heads, d)
+        qh = rotate_queries(q, rot_k)
         host = torch.cat([seq_lens.long(), qo, kv_indptr.long(), window_slots.long()]).tolist()
         nb = batch_size
-        extend_attention_dense(qr, k_new, v_new, cache, host[2 * nb + 1:3 * nb + 2], kv_indices,
+        extend_attention_dense(qh, k_new, v_new, cache, host[2 * nb + 1:3 * nb + 2], kv_indices,
                                host[:nb], host[nb:2 * nb + 1], host[3 * nb + 2:], rot_v,
                                sm_scale, out, lse)
-        quantize_append_paged_kv_cache_triton(cache, append_key, append_value, batch_indices,
-                                              positions, *table, write_pages=False,
-                                              write_recent=True)
+        write_ring_rows(cache, k_new, v_new, host[3 * nb + 2:], host[:nb], host[nb:2 * nb + 1])
         if result is not None and result.data_ptr() != out.data_ptr():
             result.copy_(out)
             out = result

@@ -46,6 +46,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..errors import expect
 from ..reference.quant import clip_index
 from ._common import interpret_mode, num_sms, page_strides
 
@@ -74,10 +75,11 @@ def _quantize_append_kernel(
     k_params_ptr, v_params_ptr, sp_page, sp_slot, sp_head,  # params [.., NG, 2]
     k_win_ptr, v_win_ptr, sw_slot, sw_row, sw_head,  # windows [slots, S+W, H, D] bf16
     k_clip_idx, v_clip_idx,
+    k_rows_ptr, v_rows_ptr, stride_on, stride_oh,   # rotated rows out [nnz, H, D] bf16
     PAGE_SIZE: tl.constexpr, SINK: tl.constexpr, RECENT: tl.constexpr,
     D: tl.constexpr, G: tl.constexpr, NG: tl.constexpr, FP16_PARAMS: tl.constexpr,
     WRITE_PAGES: tl.constexpr, WRITE_RECENT: tl.constexpr, BLOCK_T: tl.constexpr,
-    RANK_BY_SORT: tl.constexpr, KC: tl.constexpr,
+    RANK_BY_SORT: tl.constexpr, KC: tl.constexpr, ROWS_OUT: tl.constexpr,
 ):
     pid_t = tl.program_id(0)
     h = tl.program_id(1)
@@ -94,6 +96,7 @@ def _quantize_append_kernel(
         params_base = k_params_ptr
         win_base = k_win_ptr
         clip_idx = k_clip_idx
+        rows_base = k_rows_ptr
     else:
         x_base = v_ptr
         r_base = rot_v_ptr
@@ -101,6 +104,7 @@ def _quantize_append_kernel(
         params_base = v_params_ptr
         win_base = v_win_ptr
         clip_idx = v_clip_idx
+        rows_base = v_rows_ptr
 
     # x' = x @ R as D/KC IEEE fp32 dots of [BLOCK_T, KC] x [KC, D] (KC = 16): one
     # [BLOCK_T, D] x [D, D] FMA dot made ptxas drop to 32 registers with a 9 KB spill stack
@@ -128,6 +132,9 @@ def _quantize_append_kernel(
     seq_len = tl.where(npages > 0, (npages - 1) * PAGE_SIZE + last, 0)
     wslot = tl.load(wslot_ptr + b, mask=rmask, other=0).to(tl.int64)
     xr_bf16 = _to_bf16_rtne(xr)
+    if ROWS_OUT:
+        orow = rows.to(tl.int64) * stride_on + h * stride_oh
+        tl.store(rows_base + orow[:, None] + d[None, :], xr_bf16, mask=rmask[:, None])
 
     if WRITE_PAGES:
         page = tl.load(kv_indices_ptr + first + p // PAGE_SIZE, mask=rmask, other=0).to(tl.int64)
@@ -215,7 +222,9 @@ def quantize_append_paged_kv_cache_triton(cache, append_key: torch.Tensor,
                                           window_slots: torch.Tensor, rot_k: torch.Tensor,
                                           rot_v: torch.Tensor, k_clip: float, v_clip: float, *,
                                           write_pages: bool = True,
-                                          write_recent: bool = True) -> None:
+                                          write_recent: bool = True,
+                                          rows_out: tuple[torch.Tensor, torch.Tensor] | None = None
+                                          ) -> None:
     """Rotate, clip, quantize, pack and store ``nnz`` new tokens into ``cache`` (in place).
 
     Parameters
@@ -234,6 +243,9 @@ def quantize_append_paged_kv_cache_triton(cache, append_key: torch.Tensor,
     write_pages, write_recent : bool
         As in :func:`oscar_kernels.reference.paged.append_paged_kv` (extend writes the
         pages and sink first and the recent ring after its attention).
+    rows_out : (Tensor, Tensor), optional
+        Two bf16 ``[nnz, num_kv_heads, head_dim]`` tensors that receive the rotated rows
+        ``bf16(x @ R)`` of K and V (what the windows store), for an extend's attention.
 
     Example
     -------
@@ -256,6 +268,11 @@ def quantize_append_paged_kv_cache_triton(cache, append_key: torch.Tensor,
     # one token per program for small appends (a decode step: one token per sequence):
     # 16x less rotation work on the critical path of each program than a 16-row tile
     block_t, kc = append_plan(nnz, h, d, append_key.device)
+    rows = rows_out if rows_out is not None else (cache.k_window, cache.v_window)
+    if rows_out is not None:
+        expect(all(r.shape == (nnz, h, d) and r.dtype == torch.bfloat16 and r.stride(-1) == 1
+                   and r.stride() == rows[0].stride() for r in rows_out), "rows_out",
+               f"two bf16 [{nnz}, {h}, {d}] tensors with equal strides", rows_out)
     grid = (triton.cdiv(nnz, block_t), h, 2)
     _quantize_append_kernel[grid](
         append_key, append_value, append_key.stride(0), append_key.stride(1),
@@ -266,12 +283,13 @@ def quantize_append_paged_kv_cache_triton(cache, append_key: torch.Tensor,
         cache.k_params, cache.v_params, *sp,
         cache.k_window, cache.v_window, sw[0], sw[1], sw[2],
         clip_index(k_clip, spec.group_size), clip_index(v_clip, spec.group_size),
+        *rows, rows[0].stride(0), rows[0].stride(1),
         PAGE_SIZE=spec.page_size, SINK=spec.sink_size, RECENT=spec.recent_size,
         D=d, G=spec.group_size, NG=spec.num_groups,
         FP16_PARAMS=spec.scale_dtype == torch.float16,
         WRITE_PAGES=write_pages, WRITE_RECENT=write_recent, BLOCK_T=block_t,
         RANK_BY_SORT=not interpret_mode(append_key.device), KC=kc,
-        num_warps=8 if block_t > 1 else 4,
+        ROWS_OUT=rows_out is not None, num_warps=8 if block_t > 1 else 4,
     )
 
 
