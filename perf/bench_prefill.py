@@ -176,6 +176,12 @@ def profile_int2(batch: int, prefix: int, chunk: int, calls: int = 3) -> None:
     for _ in range(2):
         call()
     torch.cuda.synchronize()
+    import time
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        call()
+    host = (time.perf_counter() - t0) / calls * 1e3
+    torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
             call()
@@ -183,7 +189,8 @@ def profile_int2(batch: int, prefix: int, chunk: int, calls: int = 3) -> None:
     ev = [e for e in prof.key_averages() if e.device_time_total > 0]
     ev.sort(key=lambda e: -e.device_time_total)
     total = sum(e.self_device_time_total for e in ev) / calls / 1e3
-    print(f"profile batch={batch} prefix={prefix} chunk={chunk}: device {total:.3f} ms per call",
+    print(f"profile batch={batch} prefix={prefix} chunk={chunk}: device {total:.3f} ms per call "
+          f"(summed over events), host {host:.3f} ms per call (launch loop, no profiler)",
           flush=True)
     for e in ev[:14]:
         print(f"  {e.self_device_time_total / calls / 1e3:8.3f} ms  x{e.count // calls:<4d} "

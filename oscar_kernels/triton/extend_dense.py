@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import page_strides
+from ._common import interpret_mode, page_strides
 
 LOG2E = 1.4426950408889634
 #: Positions dequantized per workspace tile (bounds the workspace; larger tiles mean fewer
@@ -46,6 +46,7 @@ DEQUANT_BLOCK_N = 64
 #: Token rows per program of the merge kernels.
 MERGE_BLOCK_R = 32
 UNROTATE_BLOCK_R = 64
+UNROTATE_WARPS = 8
 
 
 @triton.jit
@@ -100,10 +101,12 @@ def dequantize_rows(codes: torch.Tensor, params: torch.Tensor, kv_layout: str,
 @triton.jit
 def _rotate_rows_kernel(
     x_ptr, sx_n, sx_h, rot_ptr, out_ptr, so_n, so_h, nrows,   # x [n, Hq, D] @ R [H, D, D]
-    GQA: tl.constexpr, D: tl.constexpr, BLOCK_R: tl.constexpr,
+    GQA: tl.constexpr, D: tl.constexpr, BLOCK_R: tl.constexpr, DOT16: tl.constexpr,
 ):
-    """``out = x @ R_K`` per query head (its KV head's ``R``; fp32 products through
-    3xTF32 dots, stored in ``out``'s dtype); grid ``(cdiv(nrows, BLOCK_R), Hq)``."""
+    """``out = x @ R_K`` per query head (its KV head's ``R``), stored in ``out``'s dtype;
+    grid ``(cdiv(nrows, BLOCK_R), Hq)``. With ``DOT16`` (GPU) one fp16 dot with fp32
+    accumulation (``R``'s fp16 rounding, 2^-12, is below the fp16 output's); IEEE fp32 in
+    the interpreter."""
     i = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     hq = tl.program_id(1)
     ok = i < nrows
@@ -112,7 +115,10 @@ def _rotate_rows_kernel(
     x = tl.load(x_ptr + i64[:, None] * sx_n + hq * sx_h + d[None, :], mask=ok[:, None],
                 other=0.0).to(tl.float32)
     r = tl.load(rot_ptr + (hq // GQA).to(tl.int64) * D * D + d[:, None] * D + d[None, :])
-    y = tl.dot(x, r, input_precision="tf32x3")
+    if DOT16:
+        y = tl.dot(x.to(tl.float16), r.to(tl.float16), out_dtype=tl.float32)
+    else:
+        y = tl.dot(x, r, input_precision="ieee")
     tl.store(out_ptr + i64[:, None] * so_n + hq * so_h + d[None, :],
              y.to(out_ptr.dtype.element_ty), mask=ok[:, None])
 
@@ -125,7 +131,8 @@ def rotate_queries(q: torch.Tensor, rot_k: torch.Tensor, dtype=torch.float16) ->
     if n:
         _rotate_rows_kernel[(triton.cdiv(n, UNROTATE_BLOCK_R), hq)](
             q, q.stride(0), q.stride(1), rot_k, out, out.stride(0), out.stride(1), n,
-            GQA=hq // rot_k.shape[0], D=d, BLOCK_R=UNROTATE_BLOCK_R)
+            GQA=hq // rot_k.shape[0], D=d, BLOCK_R=UNROTATE_BLOCK_R,
+            DOT16=not interpret_mode(q.device), num_warps=UNROTATE_WARPS)
     return out
 
 
@@ -169,9 +176,12 @@ def _merge_unrotate_kernel(
     rot_vt,                                            # R_V^T [H, D, D] fp32, contiguous
     out_ptr, so_n, so_h, lse_ptr, sl_n,                # out [nnz, HQ, D], lse [nnz, HQ]
     HQ: tl.constexpr, GQA: tl.constexpr, D: tl.constexpr, BLOCK_R: tl.constexpr,
+    DOT16: tl.constexpr,
 ):
     """``o = (old ∪ window) @ R_V^T`` and the union's log-sum-exp; grid
-    ``(cdiv(nnz, BLOCK_R), HQ)``."""
+    ``(cdiv(nnz, BLOCK_R), HQ)``. The un-rotation is one fp16 dot with fp32 accumulation
+    with ``DOT16`` (GPU; 2^-11 relative, below the bf16 output's rounding), IEEE fp32 in
+    the interpreter."""
     i = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     hq = tl.program_id(1)
     ok = i < nnz
@@ -193,8 +203,11 @@ def _merge_unrotate_kernel(
     o = (o_a * wa[:, None] + o_w * ww[:, None]) * inv[:, None]
     lse = tl.where(tot > 0, m_safe + tl.log(tl.where(tot > 0, tot, 1.0)), float("-inf"))
     # un-rotate: o @ R_V^T (rows of R_V^T read contiguously)
-    rt = rot_vt + (hq // GQA).to(tl.int64) * D * D + d[:, None] * D + d[None, :]
-    res = tl.dot(o, tl.load(rt), input_precision="tf32x3")
+    rt = tl.load(rot_vt + (hq // GQA).to(tl.int64) * D * D + d[:, None] * D + d[None, :])
+    if DOT16:
+        res = tl.dot(o.to(tl.float16), rt.to(tl.float16), out_dtype=tl.float32)
+    else:
+        res = tl.dot(o, rt, input_precision="ieee")
     tl.store(out_ptr + i64[:, None] * so_n + hq * so_h + d[None, :],
              res.to(out_ptr.dtype.element_ty), mask=ok[:, None])
     tl.store(lse_ptr + i64 * sl_n + hq, lse, mask=ok)
@@ -455,7 +468,8 @@ def extend_attention_dense(qh: torch.Tensor, k_new: torch.Tensor, v_new: torch.T
     _merge_unrotate_kernel[(triton.cdiv(nnz, UNROTATE_BLOCK_R), hq)](
         acc_o, acc_lse, nnz, o_w, o_w.stride(0), o_w.stride(1), lse_w, lse_w.stride(0),
         lse_w.stride(1), rot_vt, out, out.stride(0), out.stride(1), lse, lse.stride(0),
-        HQ=hq, GQA=hq // h, D=d, BLOCK_R=UNROTATE_BLOCK_R)
+        HQ=hq, GQA=hq // h, D=d, BLOCK_R=UNROTATE_BLOCK_R, DOT16=not interpret_mode(qh.device),
+        num_warps=UNROTATE_WARPS)
 
 
 __all__ = ["attention_lse", "rotate_queries", "dequantize_rows", "extend_attention_dense", "window_attention_lse",

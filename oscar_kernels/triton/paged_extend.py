@@ -475,7 +475,13 @@ def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
                                           positions, *table, write_pages=True,
                                           write_recent=False, rows_out=(k_new, v_new))
 
-    max_chunk, max_seq_len = torch.stack([chunk.max(), seq_lens.max().long()]).tolist()
+    # the page table on the host: one synchronization per call
+    nb = batch_size
+    host = torch.cat([seq_lens.long(), qo, kv_indptr.long(), window_slots.long()]).tolist()
+    lens_h, qo_h, indptr_h, slots_h = (host[:nb], host[nb:2 * nb + 1],
+                                       host[2 * nb + 1:3 * nb + 2], host[3 * nb + 2:])
+    max_chunk = max(b - a for a, b in zip(qo_h, qo_h[1:]))
+    max_seq_len = max(lens_h)
     gp = triton.next_power_of_2(gqa)
     interp = interpret_mode(q.device)
     # 16 query rows and 4 warps: the MMAv2 (mma.sync) path the decode kernel runs. With 64
@@ -492,12 +498,9 @@ def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
     if dense:
         # every key set as library dense attention (extend_dense.py)
         qh = rotate_queries(q, rot_k)
-        host = torch.cat([seq_lens.long(), qo, kv_indptr.long(), window_slots.long()]).tolist()
-        nb = batch_size
-        extend_attention_dense(qh, k_new, v_new, cache, host[2 * nb + 1:3 * nb + 2], kv_indices,
-                               host[:nb], host[nb:2 * nb + 1], host[3 * nb + 2:], rot_v,
-                               sm_scale, out, lse)
-        write_ring_rows(cache, k_new, v_new, host[3 * nb + 2:], host[:nb], host[nb:2 * nb + 1])
+        extend_attention_dense(qh, k_new, v_new, cache, indptr_h, kv_indices, lens_h, qo_h,
+                               slots_h, rot_v, sm_scale, out, lse)
+        write_ring_rows(cache, k_new, v_new, slots_h, lens_h, qo_h)
         if result is not None and result.data_ptr() != out.data_ptr():
             result.copy_(out)
             out = result
