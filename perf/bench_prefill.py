@@ -195,6 +195,11 @@ def profile_int2(batch: int, prefix: int, chunk: int, calls: int = 3) -> None:
     for e in ev[:14]:
         print(f"  {e.self_device_time_total / calls / 1e3:8.3f} ms  x{e.count // calls:<4d} "
               f"{e.key[:110]}", flush=True)
+    cpu = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+    print("  host (self CPU time per call, under the profiler):", flush=True)
+    for e in cpu[:10]:
+        print(f"  {e.self_cpu_time_total / calls / 1e3:8.3f} ms  x{e.count // calls:<4d} "
+              f"{e.key[:110]}", flush=True)
     del call
     torch.cuda.empty_cache()
 

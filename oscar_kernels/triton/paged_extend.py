@@ -7,31 +7,33 @@ position ``p`` in BF16 when ``p < S`` or ``p > t - W`` and INT2 otherwise.
 
 Order, as the format requires (docs/format.md §5 "Extend order"):
 
-1. ``_quantize_append_kernel`` (quantize_append.py) writes the chunk's INT2 pages and BF16 sink rows;
-2. ``_paged_extend_kernel`` attends, reading the pre-chunk window ring, the chunk's own
-   rotated BF16 rows (``bf16(x @ R)``, computed once per call in float32 by torch), the
-   sink rows and the INT2 pages (packed, dequantization folded into the dots);
-3. ``_quantize_append_kernel`` again, ring rows only.
+1. ``_quantize_append_kernel`` (quantize_append.py) writes the chunk's INT2 pages and BF16
+   sink rows and hands the chunk's rotated BF16 rows (``bf16(x @ R)``) to step 2;
+2. the attention reads the pre-chunk window ring, the chunk's own rotated rows, the sink
+   rows and the INT2 pages;
+3. the chunk's rows that end in the recent window go to the ring.
 
-Long sequences or long chunks run step 2 in two parts. The INT2 part attends the INT2
-pages alone and stores an unnormalized partial ``(m, l, o)`` per (token, query head); the
-main kernel ``_paged_extend_kernel`` then runs its BF16 loops with the same rotated query
-(32 rows) and merges that partial instead of its own INT2 loop (``INT2_PART``). The INT2
-part is where nearly all of a long extend's keys are (the chunk's own rows older than
-``W`` are INT2 too). It runs either
+Step 2 runs one of three ways (the launcher reads the page table on the host: one
+synchronization per call):
 
-* as dequantize + dense attention (:mod:`.extend_dense`, :func:`extend_dense_part`): the
-  rows into an fp16 workspace, then torch's cuDNN attention with a bottom-right causal
-  mask built from two calls; 1.2x the time of a cuDNN BF16 prefill at 124K cached tokens
-  (perf/results/2026-12-04_h200_bench_prefill.md), or
-* in ``_extend_int2_kernel``: 64-row x 128-key tiles with fp16 dots only (the query
-  rotated and scaled once by torch in fp32; with one scale/zero group per token the four
-  code quarters are joined into one ``[N, D]`` operand, so QK is one dot over ``D``
-  channels and PV one dot of ``D`` columns, ``_int2_block_whole``), taken when the grid
-  has at least one program per SM (:func:`extend_int2_part`).
-
-Either costs two float32 ``[nnz, Hq, D]`` temporaries (the rotated query and the partial
-``o``: 128 MiB each for an 8192-token chunk of 32 heads x 128).
+* **dense** (:mod:`.extend_dense`, :func:`extend_dense_part`: CUDA, long sequences or long
+  chunks): the keys of each query split into the old keys ``p <= t - W`` (sink rows and
+  dequantized INT2 rows in one fp16 workspace; torch's cuDNN attention with a bottom-right
+  causal mask built from two calls) and the BF16 window ``t - W < p <= t`` (torch's
+  variable-length flash attention with a sliding window, one call for the batch), merged
+  by their log-sum-exp and un-rotated in two small kernels. 1.09x the time of a cuDNN
+  BF16 prefill at 124K cached tokens, 1.38x at 28K (4096-token chunks,
+  perf/results/2026-12-04_h200_bench_prefill.md);
+* **INT2 part + main kernel**: ``_extend_int2_kernel`` attends the INT2 pages in
+  64-row x 128-key tiles with fp16 dots only (the query rotated and scaled once by torch
+  in fp32; with one scale/zero group per token the four code quarters are joined into one
+  ``[N, D]`` operand, so QK is one dot over ``D`` channels and PV one dot of ``D``
+  columns, ``_int2_block_whole``) and stores an unnormalized partial ``(m, l, o)`` per
+  (token, query head); ``_paged_extend_kernel`` runs the BF16 loops with the same rotated
+  query (32 rows) and merges it (``INT2_PART``). Taken when the grid has at least one
+  program per SM (:func:`extend_int2_part`); costs two float32 ``[nnz, Hq, D]``
+  temporaries (128 MiB each for an 8192-token chunk of 32 heads x 128);
+* **one kernel**: ``_paged_extend_kernel`` with all four key loops (short chunks).
 
 ``_paged_extend_kernel``, grid ``(cdiv(max n_b, BLOCK_Q), num_kv_heads, batch_size)``: one
 program owns ``BLOCK_Q`` consecutive queries of one sequence and all ``GQA`` query heads
@@ -39,8 +41,7 @@ of one KV head, flattened into ``BLOCK_M = BLOCK_Q · GP`` rows (``GP = next_pow
 It rotates its queries (``q @ R_K``), runs four key loops — sink rows, the old ring
 (``p > t - W``), the chunk's own rows (``p <= t`` and BF16 by the rule), INT2 pages
 (``S <= p <= t - W``) — with per-(query, key) masks, and un-rotates once
-(``o' @ R_V^T``, IEEE fp32) before storing. The launcher reads ``max n_b`` on the host
-(one synchronization per call).
+(``o' @ R_V^T``, IEEE fp32) before storing.
 
 Constraints: as decode (``head_dim`` in {64, 128, 256}, ``group_size`` in {D, D/2, D/4}).
 """
@@ -389,27 +390,26 @@ def extend_int2_part(max_chunk: int, num_kv_heads: int, batch_size: int, gqa: in
             >= EXTEND_INT2_MIN_PROGRAMS_PER_SM * num_sms(device, DEFAULT_SM_COUNT))
 
 
-#: Under "auto" the dense INT2 part runs on CUDA when the longest sequence has at least
-#: EXTEND_DENSE_MIN_TOKENS tokens, or EXTEND_DENSE_MIN_CHUNK_TOKENS with a chunk of at least
-#: EXTEND_DENSE_MIN_CHUNK. Measured on an H200 (Qwen3-8B geometry, batch 1, perf/bench_prefill.py
-#: --int2-paths kernel; dense vs INT2 part kernel): chunk 512 on 28K / 60K / 124K cached tokens
-#: 2.94 / 2.52 / 4.00 vs 2.19 / 2.90 / 5.32 ms; chunk 4096 on 0 / 4K / 28K / 124K 4.49 / 3.49 /
-#: 6.32 / 16.9 vs 4.15 / 3.63 / 10.2 / 35.9 ms; batch 8 x 1024 on 32K 12.9 vs 20.9 ms.
+#: Under "auto" the extend runs as dense library attention (extend_dense.py) on CUDA when the
+#: longest sequence has at least EXTEND_DENSE_MIN_TOKENS tokens or the longest chunk at least
+#: EXTEND_DENSE_MIN_CHUNK. Measured on an H200 (Qwen3-8B geometry, batch 1,
+#: perf/bench_prefill.py --int2-paths dense,kernel; dense vs the Triton kernels): chunk 512 on
+#: 0 / 4K / 28K / 60K / 124K cached tokens 1.58 / 1.66 / 1.65 / 1.60 / 2.33 vs 0.97 / 0.92 /
+#: 1.48 / 2.63 / 4.90 ms; chunk 4096 on 0 / 4K / 28K 1.60 / 2.01 / 4.23 vs 2.24 / 3.33 /
+#: 9.87 ms; batch 8 x 1024 on 32K 9.56 vs 20.6 ms (perf/results/*_h200_bench_prefill.md).
 EXTEND_DENSE_MIN_TOKENS = 32768
-EXTEND_DENSE_MIN_CHUNK_TOKENS = 8192
 EXTEND_DENSE_MIN_CHUNK = 4096
 
 
 def extend_dense_part(device: torch.device, max_seq_len: int, max_chunk: int) -> bool:
-    """Whether the INT2 part runs as dequantize + dense attention (:mod:`.extend_dense`):
-    ``EXTEND_INT2_DENSE``, or under ``"auto"`` on CUDA devices (torch's cuDNN or flash
-    attention; the interpreter runs the INT2 part kernel) for long sequences or long
-    chunks (the thresholds above)."""
+    """Whether the extend runs as dense library attention (:mod:`.extend_dense`):
+    ``EXTEND_INT2_DENSE``, or under ``"auto"`` on CUDA devices (torch's cuDNN and flash
+    attention; the interpreter runs the Triton kernels) for long sequences or long chunks
+    (the thresholds above)."""
     if EXTEND_INT2_DENSE != "auto":
         return bool(EXTEND_INT2_DENSE)
-    return device.type == "cuda" and (
-        max_seq_len >= EXTEND_DENSE_MIN_TOKENS
-        or (max_chunk >= EXTEND_DENSE_MIN_CHUNK and max_seq_len >= EXTEND_DENSE_MIN_CHUNK_TOKENS))
+    return device.type == "cuda" and (max_seq_len >= EXTEND_DENSE_MIN_TOKENS
+                                      or max_chunk >= EXTEND_DENSE_MIN_CHUNK)
 
 
 def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,

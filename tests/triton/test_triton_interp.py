@@ -340,6 +340,5 @@ def test_extend_dense_part_rule():
     assert not pe.extend_dense_part(cpu, 10 ** 6, 10 ** 5)
     assert pe.extend_dense_part(cuda, 32768, 1)
     assert not pe.extend_dense_part(cuda, 32767, 512)
-    assert pe.extend_dense_part(cuda, 8192, 4096)
-    assert not pe.extend_dense_part(cuda, 8191, 4096)
+    assert pe.extend_dense_part(cuda, 4096, 4096)
     assert not pe.extend_dense_part(cuda, 30000, 4095)
