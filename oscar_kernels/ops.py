@@ -307,6 +307,19 @@ def paged_decode_attention(q: torch.Tensor, cache: Int2PagedKVCache, kv_indptr: 
     return _finish(o, lse, out, q.dtype, return_lse)
 
 
+def plan_extend(qo_indptr: torch.Tensor, cache: Int2PagedKVCache, kv_indptr: torch.Tensor,
+                kv_last_page_len: torch.Tensor, window_slots: torch.Tensor):
+    """Plan an extend batch once for every layer of a forward pass (FlashInfer's plan/run
+    split): reads the page table on the host once and copies the index tensors the Triton
+    extend needs to the device. Pass the result as ``plan=`` to
+    :func:`paged_extend_attention` for each layer of the same batch (the same chunks, page
+    table and window slots, caches of the same spec)."""
+    expect(isinstance(cache, Int2PagedKVCache), "cache", "an Int2PagedKVCache", cache, TypeError)
+    _check_int_tensor(qo_indptr, "qo_indptr", 1, cache.device)
+    from .triton.paged_extend import plan_extend as _plan
+    return _plan(qo_indptr, kv_indptr, kv_last_page_len, window_slots, cache.spec)
+
+
 def paged_extend_attention(q: torch.Tensor, append_key: torch.Tensor,
                            append_value: torch.Tensor, qo_indptr: torch.Tensor,
                            cache: Int2PagedKVCache, kv_indptr: torch.Tensor,
@@ -314,7 +327,7 @@ def paged_extend_attention(q: torch.Tensor, append_key: torch.Tensor,
                            window_slots: torch.Tensor, rotation: LayerRotation, *,
                            sm_scale: float | None = None, out: torch.Tensor | None = None,
                            return_lse: bool = False, backend: str = "auto",
-                           check_bounds: bool = True):
+                           check_bounds: bool = True, plan=None):
     """Append a chunk of new tokens per sequence and attend with the chunk's queries.
 
     The prefix-cache-hit and chunked-prefill case: sequence ``b`` gets
@@ -329,6 +342,10 @@ def paged_extend_attention(q: torch.Tensor, append_key: torch.Tensor,
     q : Tensor ``[nnz, num_qo_heads, head_dim]``
     append_key, append_value : Tensor ``[nnz, num_kv_heads, head_dim]``
     qo_indptr : Tensor ``[batch_size + 1]`` int32, ``qo_indptr[-1] == nnz``
+    plan : optional
+        :func:`plan_extend` of this batch: made once per forward pass and passed to every
+        layer, it saves each call the host read of the page table (the Triton backend; the
+        reference ignores it).
     others : as in :func:`paged_decode_attention`.
 
     Returns
@@ -364,9 +381,10 @@ def paged_extend_attention(q: torch.Tensor, append_key: torch.Tensor,
         expect(out.dtype == q.dtype, "out", f"dtype {q.dtype}", out, TypeError)
     scale = 1.0 / math.sqrt(spec.head_dim) if sm_scale is None else float(sm_scale)
     rot_k, rot_v = rotation.per_head(spec.num_kv_heads)
-    _, fn = _dispatch("extend", backend, cache.device, _config(cache, num_qo_heads, q.dtype))
+    name, fn = _dispatch("extend", backend, cache.device, _config(cache, num_qo_heads, q.dtype))
+    kw = {"plan": plan} if plan is not None and name == "triton" else {}
     o, lse = fn(q, append_key, append_value, qo_indptr, cache, kv_indptr, kv_indices,
                 kv_last_page_len, window_slots, rot_k, rot_v, float(rotation.k_clip),
-                float(rotation.v_clip), scale, out=out)
+                float(rotation.v_clip), scale, out=out, **kw)
     return _finish(o, lse, out, q.dtype, return_lse)
 

@@ -9,7 +9,7 @@ RMSNorm, QKV, q/k norm + RoPE, cache write + extend attention, output projection
 then ``--decode-steps`` greedy decode steps follow. Stacks:
 
 * ``int2``: one ``Int2PagedKVCache`` per layer; prefill by ``ops.paged_extend_attention``
-  (``backend="auto"``), decode by the step of perf/bench_e2e.py (append +
+  (``backend="auto"``, one ``ops.plan_extend`` per chunk shared by the layers), decode by the step of perf/bench_e2e.py (append +
   ``ops.paged_decode_attention``, CUDA graph);
 * ``bf16_cudnn``: a contiguous BF16 K/V buffer per layer; each chunk's K/V copied in and
   attended by torch's cuDNN attention (bottom-right causal from an unmasked call over the
@@ -98,6 +98,9 @@ class Stack:
         self.slots = (pages * t.page_size + pos % t.page_size).to(self.dev)
         self.qo = torch.tensor([0, n], dtype=torch.int32, device=self.dev)
         self.start, self.n = start, n
+        if self.kind == "int2":                    # one plan per chunk, for every layer
+            self.plan = self.e2e.ops.plan_extend(self.qo, self.attn.caches[0], t.kv_indptr,
+                                                 t.kv_last_page_len, t.window_slots)
         if self.kind == "bf16_flashinfer":
             m = t.num_used_pages
             self.prefill.plan(self.qo, t.kv_indptr, t.kv_indices[:m], t.kv_last_page_len,
@@ -114,7 +117,7 @@ class Stack:
             return self.e2e.ops.paged_extend_attention(
                 q, k, v, self.qo, self.attn.caches[layer], t.kv_indptr, t.kv_indices[:m],
                 t.kv_last_page_len, t.window_slots, self.attn.rotations[layer],
-                backend="auto", check_bounds=False)
+                backend="auto", check_bounds=False, plan=self.plan)
         kp, vp = self.attn.k_pools[layer], self.attn.v_pools[layer]
         kp.view(-1, cfg.num_kv_heads, cfg.head_dim).index_copy_(0, self.slots, k)
         vp.view(-1, cfg.num_kv_heads, cfg.head_dim).index_copy_(0, self.slots, v)

@@ -606,7 +606,9 @@ class Int2BatchPrefillWithPagedKVCacheWrapper(_PlannedWrapper):
             paged_kv_cache: Int2PagedKVCache, *, rotation: LayerRotation | None = None,
             out: torch.Tensor | None = None, lse: torch.Tensor | None = None,
             return_lse: bool = False, lse_base: str = "log2"):
-        """Append the chunk and run causal extend attention (graph-safe: no host sync).
+        """Append the chunk and run causal extend attention. The first call after
+        :meth:`plan` reads the page table on the host once (one synchronization); the other
+        layers of the batch reuse that and run without one.
 
         Parameters
         ----------
@@ -629,10 +631,16 @@ class Int2BatchPrefillWithPagedKVCacheWrapper(_PlannedWrapper):
             f"shape ({plan['nnz']}, {plan['num_qo_heads']}, {plan['head_dim']}) (as planned)", q)
         backend = self._resolve_backend(paged_kv_cache.spec, plan["num_qo_heads"], q.dtype,
                                         "extend")
+        ext = plan.get("extend_plan")
+        if backend != "reference" and (ext is None or ext.spec != paged_kv_cache.spec):
+            # the batch's geometry, planned at the first layer and shared by the others
+            ext = ops.plan_extend(plan["qo_indptr"], paged_kv_cache, plan["indptr"],
+                                  plan["last_page_len"], plan["window_slots"])
+            plan["extend_plan"] = ext
         result = ops.paged_extend_attention(
             q, k, v, plan["qo_indptr"], paged_kv_cache, plan["indptr"], plan["indices"],
             plan["last_page_len"], plan["window_slots"], rot, sm_scale=plan["sm_scale"],
-            out=out, return_lse=return_lse, backend=backend, check_bounds=False)
+            out=out, return_lse=return_lse, backend=backend, check_bounds=False, plan=ext)
         return self._lse(result, return_lse, lse_base, lse)
 
     forward = run

@@ -97,12 +97,14 @@ def decode(q, cache, kv_indptr, kv_indices, kv_last_page_len, window_slots, rot_
 
 
 def extend(q, append_key, append_value, qo_indptr, cache, kv_indptr, kv_indices,
-           kv_last_page_len, window_slots, rot_k, rot_v, k_clip, v_clip, sm_scale, *, out=None):
+           kv_last_page_len, window_slots, rot_k, rot_v, k_clip, v_clip, sm_scale, *, out=None,
+           plan=None):
     from .paged_extend import paged_extend_attention_triton
 
     return paged_extend_attention_triton(q, append_key, append_value, qo_indptr, cache,
                                          kv_indptr, kv_indices, kv_last_page_len, window_slots,
-                                         rot_k, rot_v, k_clip, v_clip, sm_scale, out=out)
+                                         rot_k, rot_v, k_clip, v_clip, sm_scale, out=out,
+                                         plan=plan)
 
 
 __all__ = ["can_implement", "append", "decode", "extend"]

@@ -251,27 +251,29 @@ def attention_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
 
 
 def window_attention_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: list[int],
-                         cu_k: list[int], window: int, scale: float
+                         cu_k: list[int], window: int, scale: float,
+                         cu_dev: tuple[torch.Tensor, torch.Tensor] | None = None
                          ) -> tuple[torch.Tensor, torch.Tensor]:
     """Variable-length causal sliding-window attention, aligned to the bottom right.
 
     Sequence ``b`` has queries ``q[cu_q[b]:cu_q[b+1]]`` and keys ``k[cu_k[b]:cu_k[b+1]]``
     (``q [Nq, Hq, D]``, ``k``, ``v [Nk, H, D]``, ``Hq`` a multiple of ``H``); its query ``i``
-    sees key ``j`` when ``i + Lk - Lq - window < j <= i + Lk - Lq``. Returns
-    ``o [Nq, Hq, D]`` and the natural log-sum-exp ``lse [Nq, Hq]`` (a strided view). CUDA:
-    torch's variable-length flash attention; CPU: fp32 math.
+    sees key ``j`` when ``i + Lk - Lq - window < j <= i + Lk - Lq``. ``cu_dev``: the offsets
+    as int32 device tensors, when the caller has them. Returns ``o [Nq, Hq, D]`` and the
+    natural log-sum-exp ``lse [Nq, Hq]`` (a strided view). CUDA: torch's variable-length
+    flash attention; CPU: fp32 math.
     """
     nq, hq, d = q.shape
     g = hq // k.shape[1]
     if q.device.type == "cuda":
         dev = q.device
-        cq = torch.tensor(cu_q, dtype=torch.int32).to(dev, non_blocking=True)
-        ck = torch.tensor(cu_k, dtype=torch.int32).to(dev, non_blocking=True)
+        if cu_dev is None:
+            cu_dev = tuple(torch.tensor(c, dtype=torch.int32).to(dev) for c in (cu_q, cu_k))
         lens_q = [b - a for a, b in zip(cu_q, cu_q[1:])]
         lens_k = [b - a for a, b in zip(cu_k, cu_k[1:])]
         o, lse = torch.ops.aten._flash_attention_forward(
-            q, k, v, cq, ck, max(lens_q), max(lens_k), 0.0, True, False, scale=scale,
-            window_size_left=window - 1, window_size_right=0)[:2]
+            q, k, v, cu_dev[0], cu_dev[1], max(lens_q), max(lens_k), 0.0, True, False,
+            scale=scale, window_size_left=window - 1, window_size_right=0)[:2]
         if lse.dim() == 2:                              # [Hq, Nq]
             return o, lse.t()
         # [B, Hq, max_q] (padded per sequence)
@@ -365,100 +367,102 @@ def _old_keys(qh, cache, slot: int, kv_indices, first_page: int, seq_len: int, r
     _merge_part(acc_o, acc_lse, rows.start, o[0].permute(1, 0, 2), lse[0].t())
 
 
-def _window_rows(cache, k_new, v_new, window_slots: list[int], seq_lens: list[int],
-                 qo: list[int], dtype) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
-    """The BF16 rows the window part reads, per sequence positions
+def window_row_indices(spec, window_slots: list[int], seq_lens: list[int], qo: list[int]
+                       ) -> tuple[list[int], list[torch.Tensor]]:
+    """Where the window part's BF16 rows come from, per sequence positions
     ``[max(0, prefix - W + 1), seq_len)`` in order: the pre-chunk positions from the window
-    store (sink row ``p`` or ring row ``S + p % W``), then the chunk's rotated rows."""
-    spec = cache.spec
+    store (sink row ``p`` or ring row ``S + p % W``), then the chunk's rotated rows. Returns
+    the key offsets ``cu_k`` and the host index tensors ``(old_dst, old_slot, old_row,
+    new_dst, new_src)``."""
     s_, w_ = spec.sink_size, spec.recent_size
     cu_k = [0]
-    old_dst, old_slot, old_row, new_dst, new_src = [], [], [], [], []
+    parts = [[], [], [], [], []]
     for b, seq_len in enumerate(seq_lens):
         n = qo[b + 1] - qo[b]
         prefix = seq_len - n
         lo = max(0, prefix - w_ + 1)
         p = torch.arange(lo, prefix)
-        old_dst.append(cu_k[-1] + p - lo)
-        old_slot.append(torch.full_like(p, window_slots[b]))
-        old_row.append(torch.where(p < s_, p, s_ + p % max(w_, 1)))
-        new_dst.append(cu_k[-1] + prefix - lo + torch.arange(n))
-        new_src.append(torch.arange(qo[b], qo[b + 1]))
+        parts[0].append(cu_k[-1] + p - lo)
+        parts[1].append(torch.full_like(p, window_slots[b]))
+        parts[2].append(torch.where(p < s_, p, s_ + p % max(w_, 1)))
+        parts[3].append(cu_k[-1] + prefix - lo + torch.arange(n))
+        parts[4].append(torch.arange(qo[b], qo[b + 1]))
         cu_k.append(cu_k[-1] + seq_len - lo)
-    dev = k_new.device
-    idx = torch.cat([torch.cat(x) for x in (old_dst, old_slot, old_row, new_dst, new_src)])
-    idx = idx.to(dev, non_blocking=True)
-    n_old = sum(len(x) for x in old_dst)
-    n_new = sum(len(x) for x in new_dst)
-    o_dst, o_slot, o_row = idx[:n_old], idx[n_old:2 * n_old], idx[2 * n_old:3 * n_old]
-    n_dst, n_src = idx[3 * n_old:3 * n_old + n_new], idx[3 * n_old + n_new:]
-    out = []
-    for win, new in ((cache.k_window, k_new), (cache.v_window, v_new)):
-        kb = torch.empty((cu_k[-1], spec.num_kv_heads, spec.head_dim), dtype=dtype, device=dev)
-        if n_old:
-            kb[o_dst] = win[o_slot, o_row].to(dtype)
-        kb[n_dst] = new[n_src].to(dtype)
-        out.append(kb)
-    return out[0], out[1], cu_k
+    return cu_k, [torch.cat(x) for x in parts]
 
 
-def write_ring_rows(cache, k_new: torch.Tensor, v_new: torch.Tensor, window_slots: list[int],
-                    seq_lens: list[int], qo: list[int]) -> None:
-    """The chunk's rows that end in the recent window (``p >= max(S, L - W)``) into their
-    ring rows ``S + p % W``, from the rotated BF16 rows the attention read (what the
-    append kernel's ring pass writes, without rotating the chunk again)."""
-    spec = cache.spec
+def ring_row_indices(spec, window_slots: list[int], seq_lens: list[int], qo: list[int]
+                     ) -> list[torch.Tensor]:
+    """The chunk's rows that end in the recent window (``p >= max(S, L - W)``): host index
+    tensors ``(slot, ring row S + p % W, chunk row)``."""
     s_, w_ = spec.sink_size, spec.recent_size
-    if w_ == 0:
-        return
-    slot, row, src = [], [], []
+    parts = [[], [], []]
     for b, seq_len in enumerate(seq_lens):
         n = qo[b + 1] - qo[b]
         prefix = seq_len - n
-        p = torch.arange(max(s_, seq_len - w_, prefix), seq_len)
-        slot.append(torch.full_like(p, window_slots[b]))
-        row.append(s_ + p % w_)
-        src.append(qo[b] + p - prefix)
-    idx = torch.cat([torch.cat(x) for x in (slot, row, src)]).to(k_new.device, non_blocking=True)
-    m = idx.numel() // 3
-    if m == 0:
-        return
-    sl, rw, sr = idx[:m], idx[m:2 * m], idx[2 * m:]
-    cache.k_window[sl, rw] = k_new[sr]
-    cache.v_window[sl, rw] = v_new[sr]
+        p = torch.arange(max(s_, seq_len - w_, prefix), seq_len) if w_ else torch.arange(0)
+        parts[0].append(torch.full_like(p, window_slots[b]))
+        parts[1].append(s_ + p % max(w_, 1))
+        parts[2].append(qo[b] + p - prefix)
+    return [torch.cat(x) for x in parts]
+
+
+def gather_window_rows(cache, k_new: torch.Tensor, v_new: torch.Tensor, idx, total: int,
+                       dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The window part's keys / values ``[total, H, D]`` (``dtype``) from the window store
+    and the chunk's rotated rows, by the device indices of :func:`window_row_indices`."""
+    spec = cache.spec
+    o_dst, o_slot, o_row, n_dst, n_src = idx
+    out = []
+    for win, new in ((cache.k_window, k_new), (cache.v_window, v_new)):
+        kb = torch.empty((total, spec.num_kv_heads, spec.head_dim), dtype=dtype,
+                         device=k_new.device)
+        if o_dst.numel():
+            kb[o_dst] = win[o_slot, o_row].to(dtype)
+        kb[n_dst] = new[n_src].to(dtype)
+        out.append(kb)
+    return out[0], out[1]
+
+
+def write_ring_rows(cache, k_new: torch.Tensor, v_new: torch.Tensor, idx) -> None:
+    """The chunk's recent rows into their ring rows, from the rotated BF16 rows the
+    attention read (what the append kernel's ring pass writes, without rotating the chunk
+    again); ``idx``: the device indices of :func:`ring_row_indices`."""
+    sl, rw, sr = idx
+    if sl.numel():
+        cache.k_window[sl, rw] = k_new[sr]
+        cache.v_window[sl, rw] = v_new[sr]
 
 
 def extend_attention_dense(qh: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
-                           cache, kv_indptr_host: list[int], kv_indices: torch.Tensor,
-                           seq_lens_host: list[int], qo_host: list[int],
-                           window_slots_host: list[int], rot_v: torch.Tensor, sm_scale: float,
-                           out: torch.Tensor, lse: torch.Tensor) -> None:
+                           cache, kv_indices: torch.Tensor, plan, rot_v: torch.Tensor,
+                           sm_scale: float, out: torch.Tensor, lse: torch.Tensor) -> None:
     """Attention of an extend whose pages and sink rows are written and whose ring is not
     (the pre-chunk ring is read): ``qh [nnz, Hq, D]`` is the rotated, unscaled query (fp16),
-    ``k_new``/``v_new [nnz, H, D]`` the chunk's rotated BF16 rows. Writes
-    ``out [nnz, Hq, D]`` (model space) and ``lse [nnz, Hq]`` (natural log)."""
+    ``k_new``/``v_new [nnz, H, D]`` the chunk's rotated BF16 rows, ``plan`` the batch's
+    :class:`~oscar_kernels.triton.paged_extend.ExtendPlan`. Writes ``out [nnz, Hq, D]``
+    (model space) and ``lse [nnz, Hq]`` (natural log)."""
     spec = cache.spec
     h, d = spec.num_kv_heads, spec.head_dim
     nnz, hq, _ = qh.shape
     dtype = qh.dtype
     acc_o = torch.empty((nnz, hq, d), dtype=torch.float32, device=qh.device)
     acc_lse = torch.full((nnz, hq), float("-inf"), dtype=torch.float32, device=qh.device)
-    plans = [_seq_plan(n_, qo_host[b + 1] - qo_host[b], spec.sink_size, spec.recent_size)
-             for b, n_ in enumerate(seq_lens_host)]
+    lens, qo = plan.seq_lens, plan.qo
+    plans = [_seq_plan(n_, qo[b + 1] - qo[b], spec.sink_size, spec.recent_size)
+             for b, n_ in enumerate(lens)]
     need = [(lq, off) for _, lq, off in plans if lq > 0]
     if need:
         ws_rows = max(max(lq for lq, _ in need), min(DENSE_TILE_TOKENS, max(o for _, o in need)))
         ws_k = torch.empty((h, ws_rows, d), dtype=dtype, device=qh.device)
         ws_v = torch.empty((h, ws_rows, d), dtype=dtype, device=qh.device)
-        for b, seq_len in enumerate(seq_lens_host):
-            _old_keys(qh, cache, window_slots_host[b], kv_indices, kv_indptr_host[b], seq_len,
-                      qo_host[b], qo_host[b + 1] - qo_host[b], sm_scale, acc_o, acc_lse,
-                      ws_k, ws_v)
+        for b, seq_len in enumerate(lens):
+            _old_keys(qh, cache, plan.window_slots[b], kv_indices, plan.kv_indptr[b], seq_len,
+                      qo[b], qo[b + 1] - qo[b], sm_scale, acc_o, acc_lse, ws_k, ws_v)
     if spec.recent_size > 0:
-        kb, vb, cu_k = _window_rows(cache, k_new, v_new, window_slots_host, seq_lens_host,
-                                    qo_host, dtype)
-        o_w, lse_w = window_attention_lse(qh, kb, vb, qo_host, cu_k, spec.recent_size,
-                                          sm_scale)
+        kb, vb = gather_window_rows(cache, k_new, v_new, plan.window_idx, plan.cu_k[-1], dtype)
+        o_w, lse_w = window_attention_lse(qh, kb, vb, qo, plan.cu_k, spec.recent_size,
+                                          sm_scale, plan.cu_dev)
     else:                                          # no window: an empty part
         o_w = torch.zeros((1, 1, d), dtype=torch.float32, device=qh.device).expand(nnz, hq, d)
         lse_w = torch.full((1, 1), float("-inf"), device=qh.device).expand(nnz, hq)
@@ -472,5 +476,6 @@ def extend_attention_dense(qh: torch.Tensor, k_new: torch.Tensor, v_new: torch.T
         num_warps=UNROTATE_WARPS)
 
 
-__all__ = ["attention_lse", "rotate_queries", "dequantize_rows", "extend_attention_dense", "window_attention_lse",
+__all__ = ["attention_lse", "dequantize_rows", "extend_attention_dense", "gather_window_rows",
+           "ring_row_indices", "rotate_queries", "window_attention_lse", "window_row_indices",
            "write_ring_rows", "DENSE_TILE_TOKENS"]

@@ -48,15 +48,19 @@ Constraints: as decode (``head_dim`` in {64, 128, 256}, ``group_size`` in {D, D/
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
 
-from ..spec import seq_lens_from_page_table
+from ..errors import expect
+from ..spec import CacheSpec, seq_lens_from_page_table
 from ._blocks import (_bf16_block, _int2_block, _int2_block_whole, _int2_query, _int2_scale,
                       _int2_unscale, _join4, _rotate_quarter, _split4)
 from ._common import interpret_mode, num_sms, page_strides
-from .extend_dense import extend_attention_dense, rotate_queries, write_ring_rows
+from .extend_dense import (extend_attention_dense, ring_row_indices, rotate_queries,
+                           window_row_indices, write_ring_rows)
 from .quantize_append import DEFAULT_SM_COUNT, quantize_append_paged_kv_cache_triton
 
 LOG2E = 1.4426950408889634
@@ -412,13 +416,75 @@ def extend_dense_part(device: torch.device, max_seq_len: int, max_chunk: int) ->
                                       or max_chunk >= EXTEND_DENSE_MIN_CHUNK)
 
 
+@dataclass(frozen=True)
+class ExtendPlan:
+    """The host-side geometry of one extend batch, shared by every layer of a forward pass
+    (the page table and the chunks are the same in each): the page table on the host, each
+    new token's sequence and position, which path runs, and for the dense path the index
+    tensors of the window rows and of the ring writes. Made by :func:`plan_extend`."""
+
+    spec: CacheSpec
+    nnz: int
+    batch_size: int
+    seq_lens: list
+    qo: list
+    kv_indptr: list
+    window_slots: list
+    max_chunk: int
+    max_seq_len: int
+    batch_indices: torch.Tensor
+    positions: torch.Tensor
+    dense: bool
+    cu_k: list | None = None
+    cu_dev: tuple | None = None
+    window_idx: list | None = None
+    ring_idx: list | None = None
+
+
+def plan_extend(qo_indptr: torch.Tensor, kv_indptr: torch.Tensor,
+                kv_last_page_len: torch.Tensor, window_slots: torch.Tensor,
+                spec: CacheSpec) -> ExtendPlan:
+    """Plan an extend batch once (one host read of the page table, one copy of the index
+    tensors to the device); pass the plan to every layer's extend call."""
+    dev = qo_indptr.device
+    batch_size = qo_indptr.shape[0] - 1
+    seq_lens = seq_lens_from_page_table(kv_indptr, kv_last_page_len, spec.page_size)
+    qo = qo_indptr.long()
+    chunk = qo[1:] - qo[:-1]
+    nb = batch_size
+    host = torch.cat([seq_lens.long(), qo, kv_indptr.long(), window_slots.long()]).tolist()
+    lens_h, qo_h, indptr_h, slots_h = (host[:nb], host[nb:2 * nb + 1],
+                                       host[2 * nb + 1:3 * nb + 2], host[3 * nb + 2:])
+    nnz = qo_h[-1]
+    batch_indices = torch.repeat_interleave(torch.arange(batch_size, device=dev), chunk,
+                                            output_size=nnz)
+    positions = (torch.arange(nnz, device=dev) - qo[batch_indices]
+                 + (seq_lens - chunk)[batch_indices])
+    max_chunk = max((b - a for a, b in zip(qo_h, qo_h[1:])), default=0)
+    max_seq_len = max(lens_h, default=0)
+    dense = extend_dense_part(dev, max_seq_len, max_chunk)
+    extra = {}
+    if dense:
+        cu_k, widx = window_row_indices(spec, slots_h, lens_h, qo_h)
+        ridx = ring_row_indices(spec, slots_h, lens_h, qo_h)
+        parts = widx + ridx + [torch.tensor(qo_h), torch.tensor(cu_k)]
+        sizes = [t.numel() for t in parts]
+        flat = torch.cat(parts).to(dev).split(sizes)                 # one copy
+        extra = dict(cu_k=cu_k, window_idx=list(flat[:5]), ring_idx=list(flat[5:8]),
+                     cu_dev=(flat[8].to(torch.int32), flat[9].to(torch.int32)))
+    return ExtendPlan(spec, nnz, batch_size, lens_h, qo_h, indptr_h, slots_h, max_chunk,
+                      max_seq_len, batch_indices.to(torch.int32), positions.to(torch.int32),
+                      dense, **extra)
+
+
 def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
                                   append_value: torch.Tensor, qo_indptr: torch.Tensor, cache,
                                   kv_indptr: torch.Tensor, kv_indices: torch.Tensor,
                                   kv_last_page_len: torch.Tensor, window_slots: torch.Tensor,
                                   rot_k: torch.Tensor, rot_v: torch.Tensor, k_clip: float,
                                   v_clip: float, sm_scale: float, *,
-                                  out: torch.Tensor | None = None
+                                  out: torch.Tensor | None = None,
+                                  plan: ExtendPlan | None = None
                                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """Append a chunk per sequence and attend with its queries (cache updated in place).
 
@@ -432,6 +498,9 @@ def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
         the page table already covers the chunk.
     k_clip, v_clip, sm_scale : float
     out : Tensor, optional ``[nnz, num_qo_heads, head_dim]`` of ``q.dtype``.
+    plan : ExtendPlan, optional
+        :func:`plan_extend` of this batch, shared by every layer (otherwise each call plans,
+        which reads the page table on the host: one synchronization).
 
     Returns
     -------
@@ -458,30 +527,20 @@ def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
     if rot_k.stride()[1:] != (d, 1) or rot_v.stride() != rot_k.stride():
         rot_k, rot_v = rot_k.contiguous(), rot_v.contiguous()
 
-    seq_lens = seq_lens_from_page_table(kv_indptr, kv_last_page_len, spec.page_size)
-    qo = qo_indptr.long()
-    chunk = qo[1:] - qo[:-1]
-    batch_indices = torch.repeat_interleave(torch.arange(batch_size, device=q.device), chunk,
-                                            output_size=nnz)
-    positions = (torch.arange(nnz, device=q.device) - qo[batch_indices]
-                 + (seq_lens - chunk)[batch_indices])
-    batch_indices = batch_indices.to(torch.int32)
-    positions = positions.to(torch.int32)
+    if plan is None:
+        plan = plan_extend(qo_indptr, kv_indptr, kv_last_page_len, window_slots, spec)
+    expect(plan.nnz == nnz and plan.batch_size == batch_size and plan.spec == spec, "plan",
+           f"a plan of this batch (nnz={nnz}, batch_size={batch_size}, the cache's spec)",
+           plan)
     table = (kv_indices, kv_indptr, kv_last_page_len, window_slots, rot_k, rot_v, k_clip, v_clip)
     # the chunk's pages and sink rows, and its rotated rows bf16(x @ R) for the attention
     k_new = torch.empty(append_key.shape, dtype=torch.bfloat16, device=q.device)
     v_new = torch.empty_like(k_new)
-    quantize_append_paged_kv_cache_triton(cache, append_key, append_value, batch_indices,
-                                          positions, *table, write_pages=True,
+    quantize_append_paged_kv_cache_triton(cache, append_key, append_value, plan.batch_indices,
+                                          plan.positions, *table, write_pages=True,
                                           write_recent=False, rows_out=(k_new, v_new))
-
-    # the page table on the host: one synchronization per call
-    nb = batch_size
-    host = torch.cat([seq_lens.long(), qo, kv_indptr.long(), window_slots.long()]).tolist()
-    lens_h, qo_h, indptr_h, slots_h = (host[:nb], host[nb:2 * nb + 1],
-                                       host[2 * nb + 1:3 * nb + 2], host[3 * nb + 2:])
-    max_chunk = max(b - a for a, b in zip(qo_h, qo_h[1:]))
-    max_seq_len = max(lens_h)
+    max_chunk, max_seq_len = plan.max_chunk, plan.max_seq_len
+    batch_indices, positions = plan.batch_indices, plan.positions
     gp = triton.next_power_of_2(gqa)
     interp = interpret_mode(q.device)
     # 16 query rows and 4 warps: the MMAv2 (mma.sync) path the decode kernel runs. With 64
@@ -494,13 +553,12 @@ def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
     sp = page_strides(cache.k_params, spec.kv_layout)
     sw = cache.k_window.stride()
     bq = max(1, (16 if interp else EXTEND_INT2_BLOCK_M) // gp)
-    dense = extend_dense_part(q.device, max_seq_len, max_chunk)
-    if dense:
+    if plan.dense:
         # every key set as library dense attention (extend_dense.py)
         qh = rotate_queries(q, rot_k)
-        extend_attention_dense(qh, k_new, v_new, cache, indptr_h, kv_indices, lens_h, qo_h,
-                               slots_h, rot_v, sm_scale, out, lse)
-        write_ring_rows(cache, k_new, v_new, slots_h, lens_h, qo_h)
+        extend_attention_dense(qh, k_new, v_new, cache, kv_indices, plan, rot_v, sm_scale,
+                               out, lse)
+        write_ring_rows(cache, k_new, v_new, plan.ring_idx)
         if result is not None and result.data_ptr() != out.data_ptr():
             result.copy_(out)
             out = result
@@ -556,4 +614,4 @@ def paged_extend_attention_triton(q: torch.Tensor, append_key: torch.Tensor,
     return out, lse
 
 
-__all__ = ["paged_extend_attention_triton", "extend_int2_part"]
+__all__ = ["ExtendPlan", "paged_extend_attention_triton", "plan_extend", "extend_int2_part"]

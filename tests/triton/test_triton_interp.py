@@ -259,6 +259,55 @@ def test_extend_matches_reference(d, h, gqa, ps, g, layout, int2_part, monkeypat
             assert bool(((a - r).abs() <= r.abs() * 2 ** -7 + 1e-6).all())
 
 
+@pytest.mark.parametrize("dense", [False, True], ids=["kernels", "dense"])
+def test_extend_plan_shared_by_layers(dense, monkeypatch):
+    """One ``ops.plan_extend`` per batch serves every layer: two layers (caches of the same
+    spec and page table, different queries) extended with the shared plan give
+    bit-identical outputs, lse and cache bytes to calls that plan for themselves; a plan of
+    another batch is refused."""
+    from oscar_kernels.triton import paged_extend as pe
+    monkeypatch.setattr(pe, "EXTEND_INT2_DENSE", dense)
+    d, h, gqa, ps, g, layout = ONE_GROUP
+    spec = _spec(d, h, ps, g, layout)
+    lens, chunks = [70, 40], [37, 40]
+    prefix = [n - c for n, c in zip(lens, chunks)]
+    qo = torch.tensor([0] + list(torch.tensor(chunks).cumsum(0)), dtype=torch.int32)
+    results = {}
+    for shared in (False, True):
+        outs = []
+        plan = None
+        for layer in range(2):
+            case = build_case(spec, lens, h * gqa,
+                              torch.Generator().manual_seed(30), prefix_lens=prefix)
+            sel = torch.cat([torch.arange(o + p, o + n)
+                             for o, p, n in zip(offsets(lens), prefix, lens)])
+            q = torch.randn(len(sel), h * gqa, d,
+                            generator=torch.Generator().manual_seed(40 + layer))
+            table = (case["kv_indptr"], case["kv_indices"], case["kv_last_page_len"],
+                     case["window_slots"])
+            if shared and plan is None:
+                plan = ops.plan_extend(qo, case["cache"], table[0], table[2], table[3])
+                assert plan.dense == dense
+            o, lse = ops.paged_extend_attention(
+                q, case["k"][sel], case["v"][sel], qo, case["cache"], *table, case["rot"],
+                return_lse=True, backend="triton", plan=plan if shared else None)
+            outs.append((o, lse, case["cache"]))
+        results[shared] = outs
+    for (o1, l1, c1), (o2, l2, c2) in zip(results[False], results[True]):
+        assert torch.equal(o1, o2) and torch.equal(l1, l2)
+        for name, t in c1.tensors().items():                 # bytes (unused rows are NaN)
+            assert torch.equal(t.contiguous().view(torch.uint8),
+                               c2.tensors()[name].contiguous().view(torch.uint8)), name
+    other = ops.plan_extend(torch.tensor([0, 37], dtype=torch.int32), c1,
+                            torch.tensor([0, 5], dtype=torch.int32),
+                            torch.tensor([6], dtype=torch.int32),
+                            torch.tensor([0], dtype=torch.int32))
+    with pytest.raises(ValueError, match="plan"):
+        ops.paged_extend_attention(
+            q, case["k"][sel], case["v"][sel], qo, case["cache"], *table, case["rot"],
+            backend="triton", plan=other)
+
+
 @pytest.mark.parametrize("layout,g", [("NHD", None), ("HND", 16)])
 def test_dequantize_rows_matches_reference(layout, g):
     """The dense extend's dequantize kernel: ``zero + scale * code`` of every row of a
